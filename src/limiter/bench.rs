@@ -1,0 +1,239 @@
+//! `sendguard bench limiter`: decisions per second of each Redis script next to a plain `PING`
+//! from the same client in the same run, and the Redis bytes one hourly key takes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Algorithm, Check, KeyPrefix, LimiterError, Quota, RedisSettings, RedisStore};
+use crate::limiter::simulate::to_table;
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub redis: RedisSettings,
+    pub clients: usize,
+    pub duration: Duration,
+    /// Distinct subjects the decisions are spread over.
+    pub subjects: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchRow {
+    pub algorithm: String,
+    pub clients: usize,
+    pub decisions: u64,
+    pub decisions_per_sec: f64,
+    pub ping_per_sec: f64,
+    pub bytes_per_key: Option<u64>,
+}
+
+impl BenchRow {
+    pub fn ratio_to_ping(&self) -> f64 {
+        self.decisions_per_sec / self.ping_per_sec
+    }
+}
+
+/// What each client task does in a loop.
+#[derive(Clone, Copy)]
+enum Work {
+    Ping,
+    /// A script that only returns: the ceiling of any EVALSHA.
+    Noop,
+    Decide(Algorithm),
+}
+
+pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
+    let prefix = KeyPrefix::new(&format!("sgbench{}", std::process::id()))
+        .map_err(LimiterError::InvalidQuota)?;
+    let mut stores = Vec::with_capacity(cfg.clients);
+    for _ in 0..cfg.clients {
+        stores.push(RedisStore::connect(&cfg.redis).await?);
+    }
+    let mut rows = Vec::new();
+    let mut works = vec![("noop_script".to_string(), Work::Noop)];
+    works.extend(
+        Algorithm::ALL
+            .into_iter()
+            .map(|a| (a.to_string(), Work::Decide(a))),
+    );
+    for (name, work) in works {
+        // PING right before each algorithm, so both see the same machine load.
+        let ping = measure(&stores, &prefix, cfg, Work::Ping).await?;
+        let decisions = measure(&stores, &prefix, cfg, work).await?;
+        let bytes_per_key = match work {
+            Work::Decide(a) => Some(hourly_key_bytes(&stores[0], &prefix, a).await?),
+            _ => None,
+        };
+        rows.push(BenchRow {
+            algorithm: name,
+            clients: cfg.clients,
+            decisions,
+            decisions_per_sec: decisions as f64 / cfg.duration.as_secs_f64(),
+            ping_per_sec: ping as f64 / cfg.duration.as_secs_f64(),
+            bytes_per_key,
+        });
+    }
+    cleanup(&stores[0], &prefix).await?;
+    Ok(rows)
+}
+
+/// Runs `work` from every client for the configured time; returns how many calls completed.
+async fn measure(
+    stores: &[RedisStore],
+    prefix: &KeyPrefix,
+    cfg: &BenchConfig,
+    work: Work,
+) -> Result<u64, LimiterError> {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + cfg.duration;
+    let mut tasks = Vec::with_capacity(stores.len());
+    for (n, store) in stores.iter().enumerate() {
+        let store = store.clone();
+        let done = done.clone();
+        // Each client cycles over its own share of the subjects, so clients rarely share a key.
+        let keys: Vec<_> = match work {
+            Work::Decide(a) => (n as u64..cfg.subjects)
+                .step_by(stores.len())
+                .map(|s| prefix.key(&format!("sender:b{s}"), "bench", &bench_quota(a)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut conn = store.connection();
+            let noop = redis::Script::new("return 1");
+            let mut next = keys.iter().cycle();
+            while Instant::now() < deadline {
+                match work {
+                    Work::Ping => {
+                        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+                    }
+                    Work::Noop => {
+                        let _: i64 = noop.invoke_async(&mut conn).await?;
+                    }
+                    Work::Decide(a) => {
+                        let Some(key) = next.next() else { break };
+                        let quota = bench_quota(a);
+                        let check = Check {
+                            key,
+                            quota: &quota,
+                            cost: 1,
+                        };
+                        store.check_batch(&[check], None).await?;
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), LimiterError>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| LimiterError::BadReply(format!("bench task failed: {e}")))??;
+    }
+    Ok(done.load(Ordering::Relaxed))
+}
+
+/// An hourly rule with a limit nobody reaches: the benchmark measures the allowed path.
+fn bench_quota(algorithm: Algorithm) -> Quota {
+    Quota::new(1_000_000, 3600, algorithm)
+}
+
+/// `MEMORY USAGE` of one hourly key after a request in every minute of an hour.
+async fn hourly_key_bytes(
+    store: &RedisStore,
+    prefix: &KeyPrefix,
+    algorithm: Algorithm,
+) -> Result<u64, LimiterError> {
+    let quota = bench_quota(algorithm);
+    let key = prefix.key("sender:memory", "bench", &quota);
+    let start = (super::now_ms() / 3_600_000) * 3_600_000;
+    for minute in 0..60u64 {
+        // A few requests per minute, as a busy sender sends them.
+        for n in 0..5u64 {
+            let check = Check {
+                key: &key,
+                quota: &quota,
+                cost: 1,
+            };
+            store
+                .check_batch(&[check], Some(start + minute * 60_000 + n * 1000))
+                .await?;
+        }
+    }
+    let mut conn = store.connection();
+    let mut bytes: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key.as_str())
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut conn)
+        .await?;
+    if algorithm == Algorithm::SlidingLog {
+        let seq: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(format!("{}:seq", key.as_str()))
+            .query_async(&mut conn)
+            .await?;
+        bytes += seq.unwrap_or(0);
+    }
+    Ok(bytes)
+}
+
+/// Deletes every key of this run.
+async fn cleanup(store: &RedisStore, prefix: &KeyPrefix) -> Result<(), LimiterError> {
+    let mut conn = store.connection();
+    let pattern = format!("{}:*", prefix.as_str());
+    let mut cursor: u64 = 0;
+    // SCAN until the cursor comes back to 0; bounded by the number of keys the run wrote.
+    for _ in 0..1_000_000 {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            let () = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await?;
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+pub const CSV_HEADER: &str =
+    "algorithm,clients,decisions,decisions_per_sec,ping_per_sec,ratio_to_ping,bytes_per_key";
+
+fn cells(r: &BenchRow) -> Vec<String> {
+    vec![
+        r.algorithm.clone(),
+        r.clients.to_string(),
+        r.decisions.to_string(),
+        format!("{:.0}", r.decisions_per_sec),
+        format!("{:.0}", r.ping_per_sec),
+        format!("{:.2}", r.ratio_to_ping()),
+        r.bytes_per_key.map(|b| b.to_string()).unwrap_or_default(),
+    ]
+}
+
+pub fn to_csv(rows: &[BenchRow]) -> String {
+    let mut out = format!("{CSV_HEADER}\n");
+    for r in rows {
+        out.push_str(&cells(r).join(","));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn to_text(rows: &[BenchRow]) -> String {
+    let header: Vec<&str> = CSV_HEADER.split(',').collect();
+    let body: Vec<Vec<String>> = rows.iter().map(cells).collect();
+    to_table(&header, &body)
+}

@@ -1,0 +1,95 @@
+//! Redis key names: `{prefix}:{subject}:{rule}:{algorithm}{window_ms}`.
+//!
+//! The subject sits in a Redis Cluster hash tag, so every key of one subject lives in one slot and
+//! one pipeline serves it. The algorithm and window are part of the name: changing either starts
+//! fresh counters instead of misreading old ones; changing the limit keeps them.
+
+use std::fmt::Write;
+
+use super::Quota;
+
+/// A key prefix shared by all keys of one deployment (or test, or tenant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPrefix(String);
+
+impl KeyPrefix {
+    /// Braces would open a second hash tag; they are not allowed in a prefix.
+    pub fn new(prefix: &str) -> Result<Self, String> {
+        if prefix.is_empty() || prefix.contains(['{', '}']) || prefix.len() > 64 {
+            return Err(format!(
+                "key prefix `{prefix}` must be 1-64 characters without braces"
+            ));
+        }
+        Ok(KeyPrefix(prefix.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key of one rule for one subject, e.g. `sg:{sender:u_1}:sender-hourly:hc3600000`.
+    /// `subject` is `scope:value`; the value is escaped so no input can close the hash tag early.
+    pub fn key(&self, subject: &str, rule: &str, quota: &Quota) -> LimitKey {
+        let mut name = String::with_capacity(self.0.len() + subject.len() + rule.len() + 20);
+        name.push_str(&self.0);
+        name.push_str(":{");
+        for ch in subject.chars() {
+            match ch {
+                '{' | '}' | '%' => {
+                    let _ = write!(name, "%{:02X}", ch as u32);
+                }
+                _ => name.push(ch),
+            }
+        }
+        let _ = write!(
+            name,
+            "}}:{rule}:{}{}",
+            quota.algorithm.key_code(),
+            quota.window_ms
+        );
+        LimitKey(name)
+    }
+}
+
+impl Default for KeyPrefix {
+    fn default() -> Self {
+        KeyPrefix("sg".to_owned())
+    }
+}
+
+/// A fully built counter key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LimitKey(String);
+
+impl LimitKey {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Algorithm, EdgeMode};
+
+    #[test]
+    fn key_carries_the_subject_as_hash_tag() {
+        let q = Quota::new(60, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+        let k = KeyPrefix::default().key("sender:u_1", "sender-hourly", &q);
+        assert_eq!(k.as_str(), "sg:{sender:u_1}:sender-hourly:hc3600000");
+    }
+
+    #[test]
+    fn braces_in_a_subject_cannot_break_the_tag() {
+        let q = Quota::new(5, 60, Algorithm::FixedWindow);
+        let k = KeyPrefix::default().key("sender:a}b{%", "r", &q);
+        assert_eq!(k.as_str(), "sg:{sender:a%7Db%7B%25}:r:fw60000");
+    }
+
+    #[test]
+    fn prefixes_with_braces_are_refused() {
+        assert!(KeyPrefix::new("a{b").is_err());
+        assert!(KeyPrefix::new("").is_err());
+        assert!(KeyPrefix::new("test-1").is_ok());
+    }
+}

@@ -1,0 +1,247 @@
+//! The rate-limit engine: one interface for a decision, several algorithms, two stores.
+//!
+//! A decision takes a [`Quota`] (limit, window, algorithm, options), a key (subject and rule) and a
+//! cost, counts atomically and answers with a [`Decision`]. The Redis store runs one Lua script per
+//! decision; the in-process store runs the same state machines from [`algorithms`] behind a mutex.
+
+pub mod algorithms;
+pub mod bench;
+mod keys;
+mod memory;
+mod redis_store;
+pub mod simulate;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use keys::{KeyPrefix, LimitKey};
+pub use memory::MemoryStore;
+pub use redis_store::{RedisSettings, RedisStore};
+
+/// Sub-windows per window for `hash_counters` (DESIGN.md §3).
+pub const SUB_WINDOWS: u64 = 60;
+
+/// How `hash_counters` treats the oldest sub-window, the one the window's edge cuts through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EdgeMode {
+    /// Count the oldest sub-window in full: never more lenient than an exact window.
+    #[default]
+    Harsh,
+    /// Drop the oldest sub-window: up to one sub-window of old requests leaves early.
+    Lenient,
+    /// Count the oldest sub-window by the fraction of it still inside the window.
+    Weighted,
+}
+
+/// A rate-limit algorithm with its options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    HashCounters(EdgeMode),
+    FixedWindow,
+    SlidingWindow,
+    /// `strict`: a denied attempt forfeits the refill, so the bucket stays empty while traffic goes on.
+    TokenBucket {
+        strict: bool,
+    },
+    SlidingLog,
+}
+
+impl Algorithm {
+    /// Every algorithm and variant, in a stable order (simulations and benchmarks use it).
+    pub const ALL: [Algorithm; 8] = [
+        Algorithm::HashCounters(EdgeMode::Harsh),
+        Algorithm::HashCounters(EdgeMode::Lenient),
+        Algorithm::HashCounters(EdgeMode::Weighted),
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket { strict: false },
+        Algorithm::TokenBucket { strict: true },
+        Algorithm::SlidingLog,
+    ];
+
+    /// Short code used inside Redis keys: a change of algorithm or window starts fresh counters.
+    fn key_code(self) -> &'static str {
+        match self {
+            Algorithm::HashCounters(_) => "hc",
+            Algorithm::FixedWindow => "fw",
+            Algorithm::SlidingWindow => "sw",
+            Algorithm::TokenBucket { .. } => "tb",
+            Algorithm::SlidingLog => "sl",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Algorithm::HashCounters(EdgeMode::Harsh) => "hash_counters",
+            Algorithm::HashCounters(EdgeMode::Lenient) => "hash_counters:lenient",
+            Algorithm::HashCounters(EdgeMode::Weighted) => "hash_counters:weighted",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket { strict: false } => "token_bucket",
+            Algorithm::TokenBucket { strict: true } => "token_bucket:strict",
+            Algorithm::SlidingLog => "sliding_log",
+        })
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = String;
+
+    /// Parses the names printed by `Display` (`hash_counters`, `hash_counters:weighted`, …).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.to_string() == s)
+            .ok_or_else(|| format!("unknown algorithm `{s}`"))
+    }
+}
+
+/// What a rule asks of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    pub limit: u64,
+    pub window_ms: u64,
+    pub algorithm: Algorithm,
+    /// Record attempts even when they are over the limit (shadow-ban rules: a spammer who keeps
+    /// going stays over).
+    pub count_over_limit: bool,
+}
+
+impl Quota {
+    pub fn new(limit: u64, window_secs: u64, algorithm: Algorithm) -> Self {
+        Quota {
+            limit,
+            window_ms: window_secs * 1000,
+            algorithm,
+            count_over_limit: false,
+        }
+    }
+
+    pub fn counting_over_limit(mut self) -> Self {
+        self.count_over_limit = true;
+        self
+    }
+
+    /// Rejects quotas no algorithm can serve.
+    pub fn validate(&self) -> Result<(), LimiterError> {
+        if self.limit == 0 || self.limit > MAX_LIMIT {
+            return Err(LimiterError::InvalidQuota(format!(
+                "limit must be between 1 and {MAX_LIMIT}"
+            )));
+        }
+        if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&self.window_ms) {
+            return Err(LimiterError::InvalidQuota(format!(
+                "window must be between {} s and {} s",
+                MIN_WINDOW_MS / 1000,
+                MAX_WINDOW_MS / 1000
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Bounds that keep every algorithm's arithmetic exact in Lua's doubles (below 2^53).
+pub const MAX_LIMIT: u64 = 1_000_000;
+pub const MIN_WINDOW_MS: u64 = 1_000;
+pub const MAX_WINDOW_MS: u64 = 30 * 86_400_000;
+/// Largest cost of one decision.
+pub const MAX_COST: u64 = 10_000;
+
+/// The answer of one decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The window's count after this decision (including its cost when it was recorded).
+    pub count: u64,
+    pub limit: u64,
+    pub remaining: u64,
+    /// When the same request would be allowed if nothing else arrived; 0 when allowed. A cost
+    /// larger than the limit can never pass: it is told to wait a whole window.
+    pub retry_after_ms: u64,
+    /// When everything counted so far has left the window.
+    pub reset_after_ms: u64,
+}
+
+/// One decision of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    pub key: &'a LimitKey,
+    pub quota: &'a Quota,
+    pub cost: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LimiterError {
+    #[error("invalid quota: {0}")]
+    InvalidQuota(String),
+    #[error("invalid cost {0}: must be at most {MAX_COST}")]
+    InvalidCost(u64),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected reply from a limiter script: {0}")]
+    BadReply(String),
+}
+
+/// Where counters live. Both stores give the same answers for the same calls.
+#[derive(Clone)]
+pub enum Limiter {
+    Redis(RedisStore),
+    Memory(MemoryStore),
+}
+
+impl Limiter {
+    /// One decision. `at_ms` replays history; `None` uses the store's clock (Redis `TIME`).
+    pub async fn check(
+        &self,
+        key: &LimitKey,
+        quota: &Quota,
+        cost: u64,
+        at_ms: Option<u64>,
+    ) -> Result<Decision, LimiterError> {
+        let mut out = self
+            .check_batch(&[Check { key, quota, cost }], at_ms)
+            .await?;
+        out.pop()
+            .ok_or_else(|| LimiterError::BadReply("empty batch reply".into()))
+    }
+
+    /// Several decisions in one round trip (one pipeline); answers in the order of `checks`.
+    pub async fn check_batch(
+        &self,
+        checks: &[Check<'_>],
+        at_ms: Option<u64>,
+    ) -> Result<Vec<Decision>, LimiterError> {
+        for c in checks {
+            c.quota.validate()?;
+            if c.cost > MAX_COST {
+                return Err(LimiterError::InvalidCost(c.cost));
+            }
+        }
+        match self {
+            Limiter::Redis(store) => store.check_batch(checks, at_ms).await,
+            Limiter::Memory(store) => Ok(store.check_batch(checks, at_ms)),
+        }
+    }
+
+    /// Forgets the counters of these keys (a lifted ban starts from zero).
+    pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
+        match self {
+            Limiter::Redis(store) => store.clear(keys).await,
+            Limiter::Memory(store) => {
+                store.clear(keys);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch from this process's clock.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

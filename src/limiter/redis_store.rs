@@ -1,0 +1,234 @@
+//! The Redis store: one Lua script per decision, sent as EVALSHA.
+//!
+//! Scripts are loaded once when the store connects. A batch of decisions goes out as one pipeline;
+//! a decision answered NOSCRIPT (the server restarted or its script cache was flushed) is sent
+//! again as EVAL, which also reloads the script, so nothing is counted twice or lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind};
+
+use super::{Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, Quota};
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// How the store reaches Redis.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    pub url: String,
+    /// Bound on every call: a slow Redis turns into an error instead of a stuck request.
+    pub timeout: Duration,
+}
+
+impl RedisSettings {
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+struct Script {
+    source: String,
+    sha: String,
+}
+
+impl Script {
+    fn new(body: &str) -> Script {
+        let source = format!("{PRELUDE}\n{body}");
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        Script { source, sha }
+    }
+}
+
+/// One script per algorithm family.
+struct Scripts {
+    hash_counters: Script,
+    fixed_window: Script,
+    sliding_window: Script,
+    token_bucket: Script,
+    sliding_log: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            hash_counters: Script::new(include_str!("lua/hash_counters.lua")),
+            fixed_window: Script::new(include_str!("lua/fixed_window.lua")),
+            sliding_window: Script::new(include_str!("lua/sliding_window.lua")),
+            token_bucket: Script::new(include_str!("lua/token_bucket.lua")),
+            sliding_log: Script::new(include_str!("lua/sliding_log.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 5] {
+        [
+            &self.hash_counters,
+            &self.fixed_window,
+            &self.sliding_window,
+            &self.token_bucket,
+            &self.sliding_log,
+        ]
+    }
+
+    /// The script of an algorithm and the option argument it reads.
+    fn for_algorithm(&self, algorithm: Algorithm) -> (&Script, &'static str) {
+        match algorithm {
+            Algorithm::HashCounters(EdgeMode::Harsh) => (&self.hash_counters, "harsh"),
+            Algorithm::HashCounters(EdgeMode::Lenient) => (&self.hash_counters, "lenient"),
+            Algorithm::HashCounters(EdgeMode::Weighted) => (&self.hash_counters, "weighted"),
+            Algorithm::FixedWindow => (&self.fixed_window, ""),
+            Algorithm::SlidingWindow => (&self.sliding_window, ""),
+            Algorithm::TokenBucket { strict } => {
+                (&self.token_bucket, if strict { "strict" } else { "" })
+            }
+            Algorithm::SlidingLog => (&self.sliding_log, ""),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+}
+
+impl RedisStore {
+    /// Connects and loads every script.
+    pub async fn connect(settings: &RedisSettings) -> Result<Self, LimiterError> {
+        let client = redis::Client::open(settings.url.as_str())?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let store = RedisStore {
+            conn,
+            scripts: Arc::new(Scripts::new()),
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// A connection for other commands (benchmarks, inspection in tests).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    async fn load_scripts(&self) -> Result<(), LimiterError> {
+        let mut pipe = redis::pipe();
+        for script in self.scripts.all() {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(&script.source);
+        }
+        let shas: Vec<String> = pipe.query_async(&mut self.conn.clone()).await?;
+        for (script, sha) in self.scripts.all().iter().zip(&shas) {
+            if &script.sha != sha {
+                return Err(LimiterError::BadReply(format!(
+                    "SCRIPT LOAD returned {sha}, expected {}",
+                    script.sha
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn command(&self, check: &Check<'_>, at_ms: Option<u64>, by_source: bool) -> Cmd {
+        let (script, option) = self.scripts.for_algorithm(check.quota.algorithm);
+        let mut cmd = if by_source {
+            let mut c = redis::cmd("EVAL");
+            c.arg(&script.source);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&script.sha);
+            c
+        };
+        let key = check.key.as_str();
+        if check.quota.algorithm == Algorithm::SlidingLog {
+            cmd.arg(2).arg(key).arg(format!("{key}:seq"));
+        } else {
+            cmd.arg(1).arg(key);
+        }
+        let q = check.quota;
+        cmd.arg(q.limit)
+            .arg(q.window_ms)
+            .arg(check.cost)
+            .arg(u8::from(q.count_over_limit))
+            .arg(at_ms.map(|t| t.to_string()).unwrap_or_default())
+            .arg(option);
+        cmd
+    }
+
+    pub async fn check_batch(
+        &self,
+        checks: &[Check<'_>],
+        at_ms: Option<u64>,
+    ) -> Result<Vec<Decision>, LimiterError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for check in checks {
+            pipe.add_command(self.command(check, at_ms, false));
+        }
+        let mut conn = self.conn.clone();
+        let mut replies: Vec<RedisResult<Vec<i64>>> = pipe.query_async(&mut conn).await?;
+
+        let missing: Vec<usize> = replies
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                matches!(r, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+            })
+            .map(|(n, _)| n)
+            .collect();
+        if !missing.is_empty() {
+            // NOSCRIPT means the script did not run: sending it again counts it once.
+            let mut again = redis::pipe();
+            again.ignore_errors();
+            for &n in &missing {
+                again.add_command(self.command(&checks[n], at_ms, true));
+            }
+            let retried: Vec<RedisResult<Vec<i64>>> = again.query_async(&mut conn).await?;
+            for (n, reply) in missing.into_iter().zip(retried) {
+                replies[n] = reply;
+            }
+        }
+
+        checks
+            .iter()
+            .zip(replies)
+            .map(|(check, reply)| parse_reply(check.quota, reply?))
+            .collect()
+    }
+
+    pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
+        let mut pipe = redis::pipe();
+        for (key, quota) in keys {
+            pipe.del(key.as_str()).ignore();
+            if quota.algorithm == Algorithm::SlidingLog {
+                pipe.del(format!("{}:seq", key.as_str())).ignore();
+            }
+        }
+        let () = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+}
+
+fn parse_reply(quota: &Quota, reply: Vec<i64>) -> Result<Decision, LimiterError> {
+    let field = |n: usize| -> Result<u64, LimiterError> {
+        reply
+            .get(n)
+            .and_then(|v| u64::try_from(*v).ok())
+            .ok_or_else(|| LimiterError::BadReply(format!("{reply:?}")))
+    };
+    Ok(Decision {
+        allowed: field(0)? == 1,
+        count: field(1)?,
+        limit: quota.limit,
+        remaining: field(2)?,
+        retry_after_ms: field(3)?,
+        reset_after_ms: field(4)?,
+    })
+}

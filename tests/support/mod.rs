@@ -1,0 +1,50 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+pub mod reference;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sendguard::limiter::{KeyPrefix, RedisSettings, RedisStore};
+
+/// The shared Redis of the test run (`scripts/test` makes sure it answers).
+pub fn redis_url() -> String {
+    std::env::var("SENDGUARD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub async fn redis_store() -> RedisStore {
+    RedisStore::connect(&RedisSettings::new(redis_url()))
+        .await
+        .expect("the test Redis answers (scripts/test starts it)")
+}
+
+/// A key prefix no other test or run shares.
+pub fn unique_prefix(test: &str) -> KeyPrefix {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    KeyPrefix::new(&format!("sgtest-{test}-{}-{n}", std::process::id())).expect("valid prefix")
+}
+
+/// Every key under a prefix, via SCAN.
+pub async fn keys_under(store: &RedisStore, prefix: &KeyPrefix) -> Vec<String> {
+    let mut conn = store.connection();
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    for _ in 0..100_000 {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{}:*", prefix.as_str()))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        found.extend(keys);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    found
+}
