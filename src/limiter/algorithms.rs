@@ -7,8 +7,9 @@
 
 use super::{Algorithm, Decision, EdgeMode, Quota, SUB_WINDOWS};
 
-/// Ring slots of `hash_counters`: the current sub-window and the 60 before it.
-pub const RING: i64 = SUB_WINDOWS as i64 + 1;
+/// Ring slots of `hash_counters`: the current sub-window and the 59 before it. The 61st, oldest
+/// sub-window the window's edge cuts through is kept beside the ring.
+pub const RING: i64 = SUB_WINDOWS as i64;
 
 /// The state of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +59,7 @@ impl State {
     pub fn ttl_ms(&self, q: &Quota) -> u64 {
         let w = q.window_ms;
         match self {
-            State::HashCounters(_) => (w * RING as u64).div_ceil(SUB_WINDOWS),
+            State::HashCounters(_) => (w * (SUB_WINDOWS + 1)).div_ceil(SUB_WINDOWS),
             State::FixedWindow(_) | State::SlidingLog(_) => w,
             State::SlidingWindow(_) => 2 * w,
             State::TokenBucket(b) => w.max(b.used.div_ceil(q.limit)) + 1,
@@ -83,16 +84,18 @@ fn records(q: &Quota, allowed: bool, cost: u64) -> bool {
     cost > 0 && (allowed || q.count_over_limit)
 }
 
-/// Figma's counters: 60 sub-windows per window in a ring of 61 slots, with a running total
-/// corrected as sub-windows leave, so a decision touches only what changed.
+/// Figma's counters: 60 sub-windows per window, with a running total corrected as sub-windows
+/// leave, so a decision touches only what changed. The ring holds sub-windows `head-59 ..= head`;
+/// `oldest` holds sub-window `head-60`, which shares its ring slot with the head.
 ///
 /// Time is measured in "a-units" (`ms × 60`) so that a sub-window is exactly `window_ms` a-units
 /// long for any window, and all arithmetic stays in integers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HashCounters {
     slots: [u64; RING as usize],
+    oldest: u64,
     total: u64,
-    /// Newest sub-window index seen; the ring holds sub-windows `head-60 ..= head`.
+    /// Newest sub-window index seen.
     head: Option<i64>,
 }
 
@@ -100,6 +103,7 @@ impl Default for HashCounters {
     fn default() -> Self {
         HashCounters {
             slots: [0; RING as usize],
+            oldest: 0,
             total: 0,
             head: None,
         }
@@ -111,9 +115,11 @@ fn ring_slot(j: i64) -> usize {
 }
 
 impl HashCounters {
-    /// The count of sub-window `j`, zero outside the ring's range.
+    /// The count of sub-window `j`, zero outside the window.
     fn value(&self, j: i64, head: i64) -> u64 {
-        if j > head || j < head - (RING - 1) {
+        if j == head - RING {
+            self.oldest
+        } else if j > head || j < head - RING {
             0
         } else {
             self.slots[ring_slot(j)]
@@ -128,14 +134,18 @@ impl HashCounters {
         let head = match self.head {
             None => i,
             Some(h) if i > h => {
-                if i - h >= RING {
+                if i - h > RING {
                     *self = HashCounters::default();
                 } else {
-                    for j in h - (RING - 1)..=i - RING {
+                    // Sub-windows h-60 ..= i-61 leave; i-60 becomes the oldest and gives its
+                    // slot to the new head.
+                    self.total -= self.oldest;
+                    for j in h - RING + 1..=i - RING - 1 {
                         let s = ring_slot(j);
                         self.total -= self.slots[s];
                         self.slots[s] = 0;
                     }
+                    self.oldest = std::mem::take(&mut self.slots[ring_slot(i)]);
                 }
                 i
             }
@@ -148,18 +158,21 @@ impl HashCounters {
         };
         self.head = Some(head);
         let x = a - head * w;
-        let old = self.value(head - (RING - 1), head);
         let count = match edge {
             EdgeMode::Harsh => self.total,
-            EdgeMode::Lenient => self.total - old,
-            EdgeMode::Weighted => self.total - (old as i64 * x / w) as u64,
+            EdgeMode::Lenient => self.total - self.oldest,
+            EdgeMode::Weighted => self.total - (self.oldest as i64 * x / w) as u64,
         };
         let allowed = count + cost <= limit;
-        // A late event older than the ring has already left every window: it is not written.
-        let recorded = records(q, allowed, cost) && i >= head - (RING - 1);
+        // A late event older than the window has already left it: it is not written.
+        let recorded = records(q, allowed, cost) && i >= head - RING;
         let mut count_after = count;
         if recorded {
-            self.slots[ring_slot(i)] += cost;
+            if i == head - RING {
+                self.oldest += cost;
+            } else {
+                self.slots[ring_slot(i)] += cost;
+            }
             self.total += cost;
             count_after += cost;
         }
@@ -178,14 +191,14 @@ impl HashCounters {
             0
         } else {
             // The newest sub-window with a count leaves last.
-            let newest = (head - (RING - 1)..=head)
+            let newest = (head - RING..=head)
                 .rev()
                 .find(|&j| self.value(j, head) > 0)
                 .unwrap_or(head);
             let span = if edge == EdgeMode::Lenient {
-                RING - 1
-            } else {
                 RING
+            } else {
+                RING + 1
             };
             to_ms((newest + span) * w - a)
         };
@@ -199,14 +212,14 @@ impl HashCounters {
             EdgeMode::Harsh | EdgeMode::Lenient => {
                 // Counted at sub-window k: harsh from k-60, lenient from k-59.
                 let lag = if edge == EdgeMode::Harsh {
-                    RING
+                    RING + 1
                 } else {
-                    RING - 1
+                    RING
                 };
                 let mut sum = self.total as i64;
                 let mut k = head;
                 if edge == EdgeMode::Lenient {
-                    sum -= self.value(head - (RING - 1), head) as i64;
+                    sum -= self.oldest as i64;
                 }
                 while sum > room {
                     k += 1;
@@ -217,10 +230,10 @@ impl HashCounters {
             EdgeMode::Weighted => {
                 // In sub-window k the count is A + B - floor(B*x/w): A the sub-windows fully
                 // inside, B the oldest one, x the offset into k.
-                let mut full = self.total as i64 - self.value(head - (RING - 1), head) as i64;
+                let mut full = self.total as i64 - self.oldest as i64;
                 let mut k = head;
                 loop {
-                    let oldest = self.value(k - (RING - 1), head) as i64;
+                    let oldest = self.value(k - RING, head) as i64;
                     let need = full + oldest - room;
                     if need <= 0 {
                         return k * w;
@@ -232,8 +245,8 @@ impl HashCounters {
                         }
                     }
                     k += 1;
-                    full -= self.value(k - (RING - 1), head) as i64;
-                    if k > head + RING {
+                    full -= self.value(k - RING, head) as i64;
+                    if k > head + RING + 1 {
                         return k * w; // everything has left by now
                     }
                 }

@@ -1,47 +1,66 @@
--- Figma's counters: one hash per (rule, subject), 60 sub-windows per window in a ring of 61
--- fields named by ring index, plus 't' (running total of the ring) and 'h' (newest sub-window).
--- A decision reads and writes only the fields that changed; sub-windows that left the window
--- are subtracted from the total and deleted here, in the same script.
+-- Figma's counters: one hash per (rule, subject), 60 sub-windows per window, at most 61 fields:
+-- fields '0'..'59' are a ring holding sub-windows head-59 .. head by index mod 60, and field 'm'
+-- packs 'head:total:oldest' (newest sub-window index, running total of the window, count of
+-- sub-window head-60, the one the window's edge cuts through and whose slot the head now uses).
+-- A decision reads and writes only what changed; sub-windows that left the window are subtracted
+-- from the total and deleted here, in the same script.
 -- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
 -- option: 'harsh' | 'lenient' | 'weighted'.
 local key = KEYS[1]
-local RING = 61
+local RING = 60
 local a = now * 60
 local i = math.floor(a / window)
-local st = redis.call('HMGET', key, 't', 'h', (i - 60) % RING, i % RING)
-local total = tonumber(st[1]) or 0
-local h = tonumber(st[2])
-local old = tonumber(st[3]) or 0
-local cur = tonumber(st[4]) or 0
-local fresh = false -- every stored field has left the window (cost 0 leaves them in place)
+local st = redis.call('HMGET', key, 'm', i % RING)
+local h, total, old = nil, 0, 0
+if st[1] then
+  local hs, ts, os = string.match(st[1], '^(%d+):(%d+):(%d+)$')
+  h, total, old = tonumber(hs), tonumber(ts), tonumber(os)
+end
+local cur = tonumber(st[2]) or 0 -- the slot of sub-window i
+local head_count = nil -- the head's count, when known without reading
+local fresh = false -- a read (cost 0) found every stored field outside the window
+local zeroed = {} -- ring slots whose sub-windows left (a read does not delete them)
 if not h then
   h = i
+  head_count = 0
 elseif i > h then
-  if i - h >= RING then
-    fresh = true
-    total, old, cur = 0, 0, 0
+  if i - h > RING then
+    total, old = 0, 0
     if cost > 0 then
       redis.call('DEL', key)
+    else
+      fresh = true
     end
   else
+    total = total - old
     local gone = {}
-    for j = h - 60, i - 61 do
+    for j = h - RING + 1, i - RING - 1 do
       gone[#gone + 1] = j % RING
+      zeroed[j % RING] = true
     end
-    local vals = redis.call('HMGET', key, unpack(gone))
-    for n = 1, #gone do
-      total = total - (tonumber(vals[n]) or 0)
+    if #gone > 0 then
+      local vals = redis.call('HMGET', key, unpack(gone))
+      for n = 1, #gone do
+        total = total - (tonumber(vals[n]) or 0)
+      end
     end
-    if cost > 0 then
+    -- Sub-window i-60 becomes the oldest and gives its slot to the new head.
+    old = cur
+    if cur ~= 0 then
+      gone[#gone + 1] = i % RING
+    end
+    if cost > 0 and #gone > 0 then
       redis.call('HDEL', key, unpack(gone))
     end
-    cur = 0 -- sub-window i is new; its field was among the ones that left
   end
+  cur = 0
+  head_count = 0
   h = i
 elseif i < h then
   -- A late event is judged at the start of the newest sub-window.
   a = h * window
-  old = tonumber(redis.call('HGET', key, (h - 60) % RING)) or 0
+else
+  head_count = cur
 end
 
 local x = a - h * window
@@ -52,7 +71,7 @@ elseif option == 'weighted' then
   count = total - math.floor(old * x / window)
 end
 local allowed = count + cost <= limit
-local recorded = records(allowed) and i >= h - 60
+local recorded = records(allowed) and i >= h - RING
 local count_after = count
 if recorded then
   total = total + cost
@@ -62,18 +81,31 @@ if cost > 0 then
   if total == 0 then
     redis.call('DEL', key)
   else
-    if recorded then
-      redis.call('HSET', key, i % RING, int(cur + cost), 't', int(total), 'h', int(h))
+    local m = int(h) .. ':' .. int(total) .. ':'
+    if recorded and i > h - RING then
+      redis.call('HSET', key, i % RING, int(cur + cost), 'm', m .. int(old))
+      if i == h then
+        head_count = cur + cost
+      end
+    elseif recorded then
+      old = old + cost
+      redis.call('HSET', key, 'm', m .. int(old))
     else
-      redis.call('HSET', key, 't', int(total), 'h', int(h))
+      redis.call('HSET', key, 'm', m .. int(old))
     end
-    redis.call('PEXPIRE', key, int(math.ceil(window * RING / 60)))
+    redis.call('PEXPIRE', key, int(math.ceil(window * (RING + 1) / 60)))
   end
 end
 
 local vals
 local function value(j)
-  if fresh or j > h or j < h - 60 then
+  if j == h - RING then
+    return old
+  end
+  if j == h and head_count then
+    return head_count
+  end
+  if fresh or j > h or j < h - RING or zeroed[j % RING] then
     return 0
   end
   if not vals then
@@ -86,7 +118,11 @@ local function value(j)
   return tonumber(vals[(j % RING) + 1]) or 0
 end
 
+-- An a-unit span in whole milliseconds, rounded up; nothing left to wait is 0.
 local function to_ms(span)
+  if span <= 0 then
+    return 0
+  end
   return math.ceil(span / 60)
 end
 
@@ -98,10 +134,10 @@ if not allowed then
     local room = limit - cost
     local at
     if option == 'weighted' then
-      local full = total - value(h - 60)
+      local full = total - old
       local k = h
       while true do
-        local oldest = value(k - 60)
+        local oldest = value(k - RING)
         local need = full + oldest - room
         if need <= 0 then
           at = k * window
@@ -115,18 +151,18 @@ if not allowed then
           end
         end
         k = k + 1
-        full = full - value(k - 60)
-        if k > h + RING then
+        full = full - value(k - RING)
+        if k > h + RING + 1 then
           at = k * window
           break
         end
       end
     else
-      local lag = RING
+      local lag = RING + 1
       local sum = total
       if option == 'lenient' then
-        lag = RING - 1
-        sum = total - value(h - 60)
+        lag = RING
+        sum = total - old
       end
       local k = h
       while sum > room do
@@ -141,26 +177,14 @@ end
 
 local reset = 0
 if total > 0 then
-  -- The newest sub-window with a count leaves last; usually it is the current one.
+  -- The newest sub-window with a count leaves last; usually it is the head.
   local newest = h
-  local head_count
-  if i == h then
-    head_count = cur
-    if recorded then
-      head_count = cur + cost
-    end
-  else
-    head_count = value(h)
+  while newest > h - RING and value(newest) == 0 do
+    newest = newest - 1
   end
-  if head_count == 0 then
-    newest = h - 1
-    while newest > h - 60 and value(newest) == 0 do
-      newest = newest - 1
-    end
-  end
-  local span = RING
+  local span = RING + 1
   if option == 'lenient' then
-    span = RING - 1
+    span = RING
   end
   reset = to_ms((newest + span) * window - a)
 end
