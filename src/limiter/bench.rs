@@ -42,6 +42,9 @@ enum Work {
     Decide(Algorithm),
 }
 
+/// Rounds each measurement is split into.
+const ROUNDS: u32 = 5;
+
 pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     let prefix = KeyPrefix::new(&format!("sgbench{}", std::process::id()))
         .map_err(LimiterError::InvalidQuota)?;
@@ -57,9 +60,13 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
             .map(|a| (a.to_string(), Work::Decide(a))),
     );
     for (name, work) in works {
-        // PING right before each algorithm, so both see the same machine load.
-        let ping = measure(&stores, &prefix, cfg, Work::Ping).await?;
-        let decisions = measure(&stores, &prefix, cfg, work).await?;
+        // PING and decisions alternate in short rounds, so both see the same machine load.
+        let round = cfg.duration / ROUNDS;
+        let (mut ping, mut decisions) = (0, 0);
+        for _ in 0..ROUNDS {
+            ping += measure(&stores, &prefix, cfg, Work::Ping, round).await?;
+            decisions += measure(&stores, &prefix, cfg, work, round).await?;
+        }
         let bytes_per_key = match work {
             Work::Decide(a) => Some(hourly_key_bytes(&stores[0], &prefix, a).await?),
             _ => None,
@@ -77,15 +84,16 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     Ok(rows)
 }
 
-/// Runs `work` from every client for the configured time; returns how many calls completed.
+/// Runs `work` from every client for `duration`; returns how many calls completed.
 async fn measure(
     stores: &[RedisStore],
     prefix: &KeyPrefix,
     cfg: &BenchConfig,
     work: Work,
+    duration: Duration,
 ) -> Result<u64, LimiterError> {
     let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + cfg.duration;
+    let deadline = Instant::now() + duration;
     let mut tasks = Vec::with_capacity(stores.len());
     for (n, store) in stores.iter().enumerate() {
         let store = store.clone();

@@ -167,30 +167,30 @@ impl RedisStore {
         checks: &[Check<'_>],
         at_ms: Option<u64>,
     ) -> Result<Vec<Decision>, LimiterError> {
+        if let [check] = checks {
+            return Ok(vec![self.check_one(check, at_ms).await?]);
+        }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for check in checks {
             pipe.add_command(self.command(check, at_ms, false));
         }
         let mut conn = self.conn.clone();
-        let mut replies: Vec<RedisResult<Vec<i64>>> = pipe.query_async(&mut conn).await?;
+        let mut replies: Vec<RedisResult<String>> = pipe.query_async(&mut conn).await?;
 
         let missing: Vec<usize> = replies
             .iter()
             .enumerate()
-            .filter(|(_, r)| {
-                matches!(r, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
-            })
+            .filter(|(_, r)| matches!(r, Err(e) if is_noscript(e)))
             .map(|(n, _)| n)
             .collect();
         if !missing.is_empty() {
-            // NOSCRIPT means the script did not run: sending it again counts it once.
             let mut again = redis::pipe();
             again.ignore_errors();
             for &n in &missing {
                 again.add_command(self.command(&checks[n], at_ms, true));
             }
-            let retried: Vec<RedisResult<Vec<i64>>> = again.query_async(&mut conn).await?;
+            let retried: Vec<RedisResult<String>> = again.query_async(&mut conn).await?;
             for (n, reply) in missing.into_iter().zip(retried) {
                 replies[n] = reply;
             }
@@ -201,6 +201,28 @@ impl RedisStore {
             .zip(replies)
             .map(|(check, reply)| parse_reply(check.quota, reply?))
             .collect()
+    }
+
+    /// A single decision goes out as a plain command: no pipeline to build or unpack.
+    async fn check_one(
+        &self,
+        check: &Check<'_>,
+        at_ms: Option<u64>,
+    ) -> Result<Decision, LimiterError> {
+        let mut conn = self.conn.clone();
+        let reply: RedisResult<String> = self
+            .command(check, at_ms, false)
+            .query_async(&mut conn)
+            .await;
+        let reply = match reply {
+            Err(e) if is_noscript(&e) => {
+                self.command(check, at_ms, true)
+                    .query_async(&mut conn)
+                    .await?
+            }
+            other => other?,
+        };
+        parse_reply(check.quota, reply)
     }
 
     pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
@@ -216,19 +238,26 @@ impl RedisStore {
     }
 }
 
-fn parse_reply(quota: &Quota, reply: Vec<i64>) -> Result<Decision, LimiterError> {
-    let field = |n: usize| -> Result<u64, LimiterError> {
-        reply
-            .get(n)
-            .and_then(|v| u64::try_from(*v).ok())
-            .ok_or_else(|| LimiterError::BadReply(format!("{reply:?}")))
+/// NOSCRIPT: the script did not run, so sending it again counts it once.
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// Parses a script's `allowed count remaining retry_after_ms reset_after_ms`.
+fn parse_reply(quota: &Quota, reply: String) -> Result<Decision, LimiterError> {
+    let mut fields = reply.split(' ').map(str::parse::<u64>);
+    let mut next = || -> Result<u64, LimiterError> {
+        fields
+            .next()
+            .and_then(Result::ok)
+            .ok_or_else(|| LimiterError::BadReply(reply.clone()))
     };
     Ok(Decision {
-        allowed: field(0)? == 1,
-        count: field(1)?,
+        allowed: next()? == 1,
+        count: next()?,
         limit: quota.limit,
-        remaining: field(2)?,
-        retry_after_ms: field(3)?,
-        reset_after_ms: field(4)?,
+        remaining: next()?,
+        retry_after_ms: next()?,
+        reset_after_ms: next()?,
     })
 }

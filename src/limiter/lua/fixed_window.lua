@@ -30,4 +30,4 @@ end
 if c == 0 then
   reset = 0
 end
-return reply(allowed, c, retry, reset)
+return answer(allowed, c, retry, reset)

@@ -10,7 +10,8 @@ local key = KEYS[1]
 local RING = 60
 local a = now * 60
 local i = math.floor(a / window)
-local st = redis.call('HMGET', key, 'm', i % RING)
+local slot = tostring(i % RING) -- string arguments spare Redis a number conversion
+local st = redis.call('HMGET', key, 'm', slot)
 local h, total, old = nil, 0, 0
 if st[1] then
   local hs, ts, os = string.match(st[1], '^(%d+):(%d+):(%d+)$')
@@ -83,7 +84,17 @@ if cost > 0 then
   else
     local m = int(h) .. ':' .. int(total) .. ':'
     if recorded and i > h - RING then
-      redis.call('HSET', key, i % RING, int(cur + cost), 'm', m .. int(old))
+      redis.call('HSET', key, slot, int(cur + cost), 'm', m .. int(old))
+      -- The first write into a sub-window fixes when the key is no longer needed: when that
+      -- sub-window leaves the window. Later writes into it cannot move that moment.
+      if cur == 0 then
+        local ttl = int(math.ceil(((i + RING + 1) * window - now * 60) / 60))
+        if i == h then
+          redis.call('PEXPIRE', key, ttl)
+        else
+          redis.call('PEXPIRE', key, ttl, 'GT') -- a late event never shortens the key's life
+        end
+      end
       if i == h then
         head_count = cur + cost
       end
@@ -93,7 +104,6 @@ if cost > 0 then
     else
       redis.call('HSET', key, 'm', m .. int(old))
     end
-    redis.call('PEXPIRE', key, int(math.ceil(window * (RING + 1) / 60)))
   end
 end
 
@@ -188,4 +198,4 @@ if total > 0 then
   end
   reset = to_ms((newest + span) * window - a)
 end
-return reply(allowed, count_after, retry, reset)
+return answer(allowed, count_after, retry, reset)

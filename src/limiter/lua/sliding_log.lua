@@ -47,4 +47,4 @@ if newest[2] then
     reset = 0
   end
 end
-return reply(allowed, count_after, retry, reset)
+return answer(allowed, count_after, retry, reset)

@@ -67,4 +67,4 @@ if c > 0 then
 elseif p > 0 then
   reset = (idx + 1) * window - t
 end
-return reply(allowed, count_after, retry, reset)
+return answer(allowed, count_after, retry, reset)

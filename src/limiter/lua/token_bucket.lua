@@ -47,4 +47,4 @@ local remaining = math.floor((capacity - after) / window)
 if remaining < 0 then
   remaining = 0
 end
-return { allowed and 1 or 0, math.ceil(after / window), remaining, retry, math.ceil(after / limit) }
+return reply(allowed, math.ceil(after / window), remaining, retry, math.ceil(after / limit))
