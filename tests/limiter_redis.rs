@@ -77,19 +77,10 @@ async fn every_key_has_a_ttl() {
             .collect::<std::collections::BTreeSet<_>>(),
         expected
     );
-    let mut conn = store.connection();
     for key in keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("PTTL");
+        let ttl: i64 = support::query(&store, redis::cmd("PTTL").arg(&key)).await;
         assert!(ttl > 0, "{key} has PTTL {ttl}");
-        let () = redis::cmd("DEL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
+        let () = support::query(&store, redis::cmd("DEL").arg(&key)).await;
     }
 }
 
@@ -111,32 +102,18 @@ async fn an_hourly_hash_stays_small() {
                 .await
                 .expect("decision");
             if n % 50 == 49 {
-                let mut conn = store.connection();
-                let fields: u64 = redis::cmd("HLEN")
-                    .arg(key.as_str())
-                    .query_async(&mut conn)
-                    .await
-                    .expect("HLEN");
+                let fields: u64 =
+                    support::query(&store, redis::cmd("HLEN").arg(key.as_str())).await;
                 max_fields = max_fields.max(fields);
             }
         }
-        let mut conn = store.connection();
-        let fields: u64 = redis::cmd("HLEN")
-            .arg(key.as_str())
-            .query_async(&mut conn)
-            .await
-            .expect("HLEN");
-        let encoding: String = redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(key.as_str())
-            .query_async(&mut conn)
-            .await
-            .expect("OBJECT ENCODING");
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(key.as_str())
-            .query_async(&mut conn)
-            .await
-            .expect("PTTL");
+        let fields: u64 = support::query(&store, redis::cmd("HLEN").arg(key.as_str())).await;
+        let encoding: String = support::query(
+            &store,
+            redis::cmd("OBJECT").arg("ENCODING").arg(key.as_str()),
+        )
+        .await;
+        let ttl: i64 = support::query(&store, redis::cmd("PTTL").arg(key.as_str())).await;
         assert_eq!(fields, 61, "{edge:?}: a busy hour fills every sub-window");
         assert!(max_fields <= 61, "{edge:?}: {max_fields} fields");
         assert_eq!(encoding, "listpack", "{edge:?}");
@@ -157,12 +134,7 @@ async fn a_flushed_script_cache_is_reloaded() {
     let key2 = prefix.key("sender:x", "b", &other);
     let at = Some(now_ms());
     limiter.check(&key, &quota, 1, at).await.expect("first");
-    let mut conn = store.connection();
-    let () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn)
-        .await
-        .expect("SCRIPT FLUSH");
+    let () = support::query(&store, redis::cmd("SCRIPT").arg("FLUSH")).await;
     let checks = [
         sendguard::limiter::Check {
             key: &key,

@@ -48,3 +48,10 @@ pub async fn keys_under(store: &RedisStore, prefix: &KeyPrefix) -> Vec<String> {
     }
     found
 }
+
+/// Runs one command on the store's connection.
+pub async fn query<T: redis::FromRedisValue>(store: &RedisStore, cmd: &redis::Cmd) -> T {
+    cmd.query_async(&mut store.connection())
+        .await
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
