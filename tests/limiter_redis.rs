@@ -158,3 +158,42 @@ async fn a_flushed_script_cache_is_reloaded() {
         .await
         .expect("clear");
 }
+
+/// A sub-window opened by a denied attempt and then written by an allowed one keeps the key alive
+/// until that write leaves the window, not just until the older writes do.
+#[tokio::test]
+async fn a_later_write_extends_the_expiry() {
+    let store = support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let quota = Quota::new(2, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let key = support::unique_prefix("expiry").key("sender:late", "r", &quota);
+    // The first write comes at the end of its minute, so it leaves the window 59.9 s before a
+    // write at the start of a later minute does: the two expiries tell which one was set.
+    let t0 = 1_700_006_400_000u64 - 100;
+    let half_hour = 1_800_000 + 100;
+    assert!(
+        limiter
+            .check(&key, &quota, 1, Some(t0))
+            .await
+            .expect("first")
+            .allowed
+    );
+    // Half an hour later: too costly to fit, then one that fits, in the same minute.
+    let denied = limiter
+        .check(&key, &quota, 2, Some(t0 + half_hour))
+        .await
+        .expect("denied");
+    assert!(!denied.allowed);
+    let allowed = limiter
+        .check(&key, &quota, 1, Some(t0 + half_hour + 1000))
+        .await
+        .expect("allowed");
+    assert!(allowed.allowed);
+    let ttl: i64 = support::query(&store, redis::cmd("PTTL").arg(key.as_str())).await;
+    // Set by the last write: 61 minutes less the 1 s into its minute (the first gave 60 min 0.1 s).
+    assert!(
+        ttl > 3_630_000,
+        "PTTL {ttl}: the key would die before its last write left the window"
+    );
+    limiter.clear(&[(&key, &quota)]).await.expect("clear");
+}

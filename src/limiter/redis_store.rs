@@ -176,7 +176,7 @@ impl RedisStore {
             pipe.add_command(self.command(check, at_ms, false));
         }
         let mut conn = self.conn.clone();
-        let mut replies: Vec<RedisResult<String>> = pipe.query_async(&mut conn).await?;
+        let mut replies: Vec<RedisResult<Vec<i64>>> = pipe.query_async(&mut conn).await?;
 
         let missing: Vec<usize> = replies
             .iter()
@@ -190,7 +190,7 @@ impl RedisStore {
             for &n in &missing {
                 again.add_command(self.command(&checks[n], at_ms, true));
             }
-            let retried: Vec<RedisResult<String>> = again.query_async(&mut conn).await?;
+            let retried: Vec<RedisResult<Vec<i64>>> = again.query_async(&mut conn).await?;
             for (n, reply) in missing.into_iter().zip(retried) {
                 replies[n] = reply;
             }
@@ -210,7 +210,7 @@ impl RedisStore {
         at_ms: Option<u64>,
     ) -> Result<Decision, LimiterError> {
         let mut conn = self.conn.clone();
-        let reply: RedisResult<String> = self
+        let reply: RedisResult<Vec<i64>> = self
             .command(check, at_ms, false)
             .query_async(&mut conn)
             .await;
@@ -243,21 +243,20 @@ fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
-/// Parses a script's `allowed count remaining retry_after_ms reset_after_ms`.
-fn parse_reply(quota: &Quota, reply: String) -> Result<Decision, LimiterError> {
-    let mut fields = reply.split(' ').map(str::parse::<u64>);
-    let mut next = || -> Result<u64, LimiterError> {
-        fields
-            .next()
-            .and_then(Result::ok)
-            .ok_or_else(|| LimiterError::BadReply(reply.clone()))
+/// Parses a script's `{allowed, count, remaining, retry_after_ms, reset_after_ms}`.
+fn parse_reply(quota: &Quota, reply: Vec<i64>) -> Result<Decision, LimiterError> {
+    let field = |n: usize| -> Result<u64, LimiterError> {
+        reply
+            .get(n)
+            .and_then(|v| u64::try_from(*v).ok())
+            .ok_or_else(|| LimiterError::BadReply(format!("{reply:?}")))
     };
     Ok(Decision {
-        allowed: next()? == 1,
-        count: next()?,
+        allowed: field(0)? == 1,
+        count: field(1)?,
         limit: quota.limit,
-        remaining: next()?,
-        retry_after_ms: next()?,
-        reset_after_ms: next()?,
+        remaining: field(2)?,
+        retry_after_ms: field(3)?,
+        reset_after_ms: field(4)?,
     })
 }

@@ -1,7 +1,6 @@
 -- Shared head of every limiter script (the Rust side prepends it).
 -- ARGV: limit, window_ms, cost, count_over_limit (0|1), now_ms ('' = Redis TIME), option.
--- Reply: 'allowed count remaining retry_after_ms reset_after_ms' as one string (allowed is 0|1):
--- a bulk string costs Redis less than an array of integers.
+-- Reply: {allowed (0|1), count, remaining, retry_after_ms, reset_after_ms}, all integers.
 -- Each script mirrors src/limiter/algorithms.rs: same state, same integer arithmetic.
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -29,7 +28,7 @@ local function records(allowed)
 end
 
 local function reply(allowed, count, remaining, retry, reset)
-  return (allowed and '1 ' or '0 ') .. int(count) .. ' ' .. int(remaining) .. ' ' .. int(retry) .. ' ' .. int(reset)
+  return { allowed and 1 or 0, count, remaining, retry, reset }
 end
 
 -- The reply of the counting algorithms: remaining is what is left of the limit.
