@@ -1,1 +1,173 @@
+//! sendguard: rate limits, shadow bans and moderation in front of invitation emails.
+//!
+//! Wiring lives here: the shared state, the router, startup and shutdown.
+
+pub mod api_keys;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod invites;
 pub mod limiter;
+pub mod mail;
+pub mod moderation;
+pub mod rules;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use config::Config;
+use invites::InviteService;
+use limiter::{KeyPrefix, Limiter, MemoryStore, RedisSettings, RedisStore};
+use mail::{Outbox, OutboxSettings, Transport};
+use rules::RuleCache;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub limiter: Limiter,
+    pub invites: InviteService,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Db(#[from] db::DbError),
+    #[error("rules: {0}")]
+    Rules(#[from] rules::RuleError),
+    #[error("redis: {0}")]
+    Limiter(#[from] limiter::LimiterError),
+    #[error(transparent)]
+    Mail(#[from] mail::MailError),
+    #[error("listening on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/api/v1/invites", post(invites::http::create))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(state)
+}
+
+/// 200 only when Postgres and the counters answer.
+async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    let pg = sqlx::query("SELECT 1").execute(&state.pool).await.is_ok();
+    let counters = match &state.limiter {
+        Limiter::Redis(store) => {
+            let mut conn = store.connection();
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .is_ok()
+        }
+        Limiter::Memory(_) => true,
+    };
+    match (pg, counters) {
+        (true, true) => (StatusCode::OK, "ready"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "postgres unavailable"),
+        (_, false) => (StatusCode::SERVICE_UNAVAILABLE, "redis unavailable"),
+    }
+}
+
+/// The counters' store named by `REDIS_URL`.
+async fn limiter(cfg: &Config) -> Result<Limiter, StartError> {
+    if cfg.redis_url == "memory://" {
+        return Ok(Limiter::Memory(MemoryStore::new()));
+    }
+    let settings = RedisSettings {
+        url: cfg.redis_url.clone(),
+        timeout: cfg.redis_timeout(),
+    };
+    Ok(Limiter::Redis(RedisStore::connect(&settings).await?))
+}
+
+/// A running service: the API, the outbox worker and the rule watcher.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    outbox: JoinHandle<()>,
+    watcher: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, lets requests in flight and the outbox round in hand finish.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Ok(Err(e)) = self.server.await {
+            tracing::error!(error = %e, "server stopped with an error");
+        }
+        let _ = self.outbox.await;
+        self.watcher.abort();
+    }
+}
+
+/// Connects everything, applies migrations and starts serving on `cfg.listen`.
+pub async fn start(cfg: &Config) -> Result<Running, StartError> {
+    let pool = db::connect_and_migrate(&cfg.database.database_url).await?;
+    let rules = RuleCache::load(&pool).await?;
+    let limiter = limiter(cfg).await?;
+    let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
+    let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
+    let outbox = Outbox::new(
+        pool.clone(),
+        transport,
+        OutboxSettings {
+            from: mail::parse_from(&cfg.mail_from)?,
+            public_url: cfg.public_url.clone(),
+            max_attempts: cfg.mail_max_attempts.max(1),
+            retry_base: Duration::from_millis(cfg.mail_retry_base_ms),
+            lease: Duration::from_secs(cfg.mail_lease_secs.max(1)),
+            batch: 32,
+            idle: Duration::from_millis(200),
+        },
+    );
+    let state = AppState {
+        invites: InviteService {
+            pool: pool.clone(),
+            limiter: limiter.clone(),
+            rules: rules.clone(),
+            keys,
+            held_cap: cfg.held_cap,
+        },
+        pool: pool.clone(),
+        limiter,
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| StartError::Listen(cfg.listen, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Listen(cfg.listen, e))?;
+    let (stop, stopped) = watch::channel(false);
+    let mut server_stop = stopped.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let outbox = tokio::spawn(outbox.run(stopped));
+    let watcher = rules.watch(pool);
+    tracing::info!(%addr, "sendguard listening");
+    Ok(Running {
+        addr,
+        stop,
+        server,
+        outbox,
+        watcher,
+    })
+}

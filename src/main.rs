@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sendguard::config::{Config, Database};
 use sendguard::limiter::{RedisSettings, bench, simulate};
 
 #[derive(Parser)]
@@ -19,11 +20,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the API and the mail worker; applies migrations first.
+    Serve(Box<Config>),
+    /// Apply migrations and exit.
+    Migrate(Database),
+    /// Manage the API keys the calling app authenticates with.
+    #[command(subcommand)]
+    ApiKey(ApiKeyCommand),
     /// Replay generated traffic through every algorithm and compare each with an exact window.
     Simulate(SimulateArgs),
     /// Measure the service's parts against their ceilings.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum ApiKeyCommand {
+    /// Create a key; it is printed once, only its hash is stored.
+    Create {
+        name: String,
+        #[command(flatten)]
+        database: Database,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -77,6 +95,11 @@ struct BenchLimiterArgs {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(cfg) => serve(&cfg).await,
+        Command::Migrate(db) => migrate(&db).await,
+        Command::ApiKey(ApiKeyCommand::Create { name, database }) => {
+            create_api_key(&name, &database).await
+        }
         Command::Simulate(args) => {
             run_simulate(&args);
             Ok(())
@@ -90,6 +113,66 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+type Failure = Box<dyn std::error::Error>;
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+}
+
+async fn serve(cfg: &Config) -> Result<(), Failure> {
+    init_logs(cfg.log_json);
+    let running = sendguard::start(cfg).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn migrate(db: &Database) -> Result<(), Failure> {
+    let pool = sendguard::db::connect_and_migrate(&db.database_url).await?;
+    pool.close().await;
+    println!("migrations applied");
+    Ok(())
+}
+
+async fn create_api_key(name: &str, db: &Database) -> Result<(), Failure> {
+    let pool = sendguard::db::connect_and_migrate(&db.database_url).await?;
+    let key = sendguard::api_keys::create(&pool, name).await?;
+    pool.close().await;
+    println!("{key}");
+    eprintln!("API key `{name}` created. It is shown only now: store it safely.");
+    Ok(())
 }
 
 fn run_simulate(args: &SimulateArgs) {
@@ -106,7 +189,7 @@ fn run_simulate(args: &SimulateArgs) {
     }
 }
 
-async fn run_bench_limiter(args: &BenchLimiterArgs) -> Result<(), Box<dyn std::error::Error>> {
+async fn run_bench_limiter(args: &BenchLimiterArgs) -> Result<(), Failure> {
     if args.clients == 0 || args.subjects < args.clients as u64 {
         return Err("--clients must be at least 1 and at most --subjects".into());
     }

@@ -1,0 +1,88 @@
+//! Typed configuration of `serve`: every setting from a flag or its environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+#[derive(Debug, Clone, Args)]
+pub struct Database {
+    /// PostgreSQL; the database is created when missing.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/sendguard"
+    )]
+    pub database_url: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    #[command(flatten)]
+    pub database: Database,
+
+    /// Redis for the counters (`memory://` keeps them in this process: one instance only).
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+
+    /// Prefix of every Redis key, so deployments sharing a Redis do not collide.
+    #[arg(long, env = "SENDGUARD_KEY_PREFIX", default_value = "sg")]
+    pub key_prefix: String,
+
+    /// Bound on every Redis call, in milliseconds.
+    #[arg(long, env = "SENDGUARD_REDIS_TIMEOUT_MS", default_value_t = 500)]
+    pub redis_timeout_ms: u64,
+
+    #[arg(long, env = "SENDGUARD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// SMTP server, e.g. smtp://127.0.0.1:2525 or smtps://user:pass@mail.example.com; unset
+    /// writes each message as an .eml file into the mail directory.
+    #[arg(long, env = "SENDGUARD_SMTP_URL")]
+    pub smtp_url: Option<String>,
+
+    #[arg(long, env = "SENDGUARD_MAIL_DIR", default_value = "./mail-out")]
+    pub mail_dir: PathBuf,
+
+    #[arg(
+        long,
+        env = "SENDGUARD_MAIL_FROM",
+        default_value = "sendguard <no-reply@localhost>"
+    )]
+    pub mail_from: String,
+
+    /// Used in the links of emails.
+    #[arg(
+        long,
+        env = "SENDGUARD_PUBLIC_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub public_url: String,
+
+    /// Held invites stored per sender; beyond this they are counted, not stored.
+    #[arg(long, env = "SENDGUARD_HELD_CAP", default_value_t = 1000)]
+    pub held_cap: i64,
+
+    /// Delivery attempts before an invite is marked failed.
+    #[arg(long, env = "SENDGUARD_MAIL_MAX_ATTEMPTS", default_value_t = 8)]
+    pub mail_max_attempts: i32,
+
+    /// First retry delay in milliseconds; it doubles with each attempt (with jitter).
+    #[arg(long, env = "SENDGUARD_MAIL_RETRY_BASE_MS", default_value_t = 2000)]
+    pub mail_retry_base_ms: u64,
+
+    /// How long a worker may hold a claimed invite before another instance takes it over.
+    #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60)]
+    pub mail_lease_secs: u64,
+
+    /// Log lines as JSON.
+    #[arg(long, env = "SENDGUARD_LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+}
+
+impl Config {
+    pub fn redis_timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+}

@@ -1,0 +1,58 @@
+//! The Postgres pool: created database, applied migrations.
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Creates the database named in `url` when it does not exist yet.
+pub async fn create_if_missing(url: &str) -> Result<(), DbError> {
+    let options = PgConnectOptions::from_str(url)?;
+    let name = options.get_database().unwrap_or("postgres").to_owned();
+    let mut admin = options.clone().database("postgres").connect().await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        let quoted = name.replace('"', "\"\"");
+        let created = sqlx::query(&format!("CREATE DATABASE \"{quoted}\""))
+            .execute(&mut admin)
+            .await;
+        // Another instance may have created it between the check and here.
+        if let Err(e) = created {
+            let raced = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|c| c == "42P04");
+            if !raced {
+                return Err(e.into());
+            }
+        }
+    }
+    admin.close().await?;
+    Ok(())
+}
+
+/// A pool sized for this machine, on a database that exists and is migrated.
+pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
+    create_if_missing(url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(std::time::Duration::from_secs(3))
+        .connect(url)
+        .await?;
+    MIGRATOR.run(&pool).await?;
+    Ok(pool)
+}

@@ -1,0 +1,326 @@
+//! The send-invite flow (DESIGN.md §3a): sender state, rules, one transaction, an answer only
+//! after the commit. Mail goes out later, from the outbox.
+
+pub mod http;
+pub mod validate;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
+use crate::moderation::{self, Flag, SenderState};
+use crate::rules::{Action, Rule, RuleCache, Scope};
+pub use validate::{InvalidBody, ValidInvite};
+
+/// The status an invite is recorded with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Queued,
+    Held,
+    Suppressed,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Held => "held",
+            Status::Suppressed => "suppressed",
+        }
+    }
+}
+
+/// What the API answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Durably recorded: queued, held or suppressed alike.
+    Accepted(Uuid),
+    /// A `reject` rule is exceeded.
+    Rejected(Rejection),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub rule: String,
+    pub limit: u64,
+    pub remaining: u64,
+    pub window_secs: u64,
+    pub retry_after_secs: u64,
+    pub reset_secs: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InviteError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("limiter: {0}")]
+    Limiter(#[from] LimiterError),
+    #[error("this Idempotency-Key was used with a different body")]
+    IdempotencyConflict,
+}
+
+/// One request to send an invite.
+pub struct Submission<'a> {
+    pub api_key_id: i64,
+    pub idempotency_key: Option<&'a str>,
+    /// The raw body, for idempotent replays.
+    pub body: &'a [u8],
+    pub invite: ValidInvite,
+}
+
+#[derive(Clone)]
+pub struct InviteService {
+    pub pool: PgPool,
+    pub limiter: Limiter,
+    pub rules: RuleCache,
+    pub keys: KeyPrefix,
+    pub held_cap: i64,
+}
+
+/// A rule checked for this invite, with its answer.
+struct Checked {
+    rule: Rule,
+    decision: Decision,
+}
+
+impl InviteService {
+    pub async fn submit(&self, sub: Submission<'_>) -> Result<Outcome, InviteError> {
+        let request_hash = Sha256::digest(sub.body).to_vec();
+        if let Some(key) = sub.idempotency_key
+            && let Some(id) = self.replay(sub.api_key_id, key, &request_hash).await?
+        {
+            return Ok(Outcome::Accepted(id));
+        }
+        let invite = &sub.invite;
+        let state = self.sender_state(&invite.sender_id).await?;
+
+        let (status, decision, breach) = match state {
+            SenderState::Trusted => (Status::Queued, json!({"reason": "trusted"}), None),
+            s if s.holds_invites() => (
+                Status::Held,
+                json!({"reason": format!("sender_{}", s.as_str())}),
+                None,
+            ),
+            _ => {
+                let checked = self.check_rules(invite).await?;
+                let strongest = checked
+                    .iter()
+                    .filter(|c| !c.decision.allowed)
+                    .map(|c| c.rule.action)
+                    .max();
+                if strongest == Some(Action::Reject)
+                    && let Some(r) = rejection(&checked)
+                {
+                    return Ok(Outcome::Rejected(r));
+                }
+                let status = match strongest {
+                    Some(Action::ShadowBan) => Status::Held,
+                    Some(Action::Suppress) => Status::Suppressed,
+                    _ => Status::Queued,
+                };
+                let record = decision_record(&checked, strongest);
+                let breach = checked
+                    .into_iter()
+                    .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan);
+                (status, record, breach)
+            }
+        };
+
+        let id = Uuid::new_v4();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO senders (id) VALUES ($1)
+             ON CONFLICT (id) DO UPDATE SET last_seen_at = now()",
+        )
+        .bind(&invite.sender_id)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(b) = &breach {
+            let flag = Flag {
+                sender_id: &invite.sender_id,
+                rule_id: b.rule.id,
+                rule_name: &b.rule.name,
+                observed: b.decision.count as i64,
+                limit: b.rule.quota.limit as i64,
+                window_secs: (b.rule.quota.window_ms / 1000) as i64,
+            };
+            moderation::shadow_ban(&mut tx, &flag).await?;
+        }
+        if status == Status::Held && !self.take_held_slot(&mut tx, &invite.sender_id).await? {
+            // Over the cap: counted with the sender, not stored. The caller still sees 200.
+            tx.commit().await?;
+            return Ok(Outcome::Accepted(id));
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain,
+                 sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
+                 idempotency_key, request_hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                 CASE WHEN $10 = 'queued' THEN now() END, $12, $13)",
+        )
+        .bind(id)
+        .bind(sub.api_key_id)
+        .bind(&invite.sender_id)
+        .bind(&invite.recipient)
+        .bind(&invite.recipient_domain)
+        .bind(invite.sender_ip.map(|ip| ip.to_string()))
+        .bind(&invite.resource)
+        .bind(&invite.message)
+        .bind(&invite.sender_name)
+        .bind(status.as_str())
+        .bind(&decision)
+        .bind(sub.idempotency_key)
+        .bind(&request_hash)
+        .execute(&mut *tx)
+        .await;
+        if let Err(e) = inserted {
+            drop(tx);
+            // The same Idempotency-Key raced in from another request: answer as it was answered.
+            if let Some(key) = sub.idempotency_key
+                && is_unique_violation(&e)
+                && let Some(id) = self.replay(sub.api_key_id, key, &request_hash).await?
+            {
+                return Ok(Outcome::Accepted(id));
+            }
+            return Err(e.into());
+        }
+        tx.commit().await?;
+        Ok(Outcome::Accepted(id))
+    }
+
+    /// The first answer to an Idempotency-Key, if it was used before.
+    async fn replay(
+        &self,
+        api_key_id: i64,
+        key: &str,
+        request_hash: &[u8],
+    ) -> Result<Option<Uuid>, InviteError> {
+        let found: Option<(Uuid, Option<Vec<u8>>)> = sqlx::query_as(
+            "SELECT id, request_hash FROM invites WHERE api_key_id = $1 AND idempotency_key = $2",
+        )
+        .bind(api_key_id)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        match found {
+            None => Ok(None),
+            Some((id, Some(hash))) if hash == request_hash => Ok(Some(id)),
+            Some(_) => Err(InviteError::IdempotencyConflict),
+        }
+    }
+
+    async fn sender_state(&self, sender_id: &str) -> Result<SenderState, InviteError> {
+        let state: Option<String> = sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
+            .bind(sender_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(state
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(SenderState::Active))
+    }
+
+    /// Every enabled rule that applies, in one pipeline: all keys of a subject share a hash tag.
+    async fn check_rules(&self, invite: &ValidInvite) -> Result<Vec<Checked>, InviteError> {
+        let mut rules = Vec::new();
+        let mut keys: Vec<LimitKey> = Vec::new();
+        for rule in self.rules.enabled() {
+            if let Some(subject) = subject(rule.scope, invite) {
+                keys.push(self.keys.key(&subject, &rule.name, &rule.quota));
+                rules.push(rule);
+            }
+        }
+        let checks: Vec<Check<'_>> = rules
+            .iter()
+            .zip(&keys)
+            .map(|(rule, key)| Check {
+                key,
+                quota: &rule.quota,
+                cost: 1,
+            })
+            .collect();
+        let decisions = self.limiter.check_batch(&checks, None).await?;
+        Ok(rules
+            .into_iter()
+            .zip(decisions)
+            .map(|(rule, decision)| Checked { rule, decision })
+            .collect())
+    }
+
+    /// Counts a held invite against the sender's cap; false when the cap is full.
+    async fn take_held_slot(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        sender_id: &str,
+    ) -> Result<bool, InviteError> {
+        let took = sqlx::query(
+            "UPDATE senders SET held_stored = held_stored + 1 WHERE id = $1 AND held_stored < $2",
+        )
+        .bind(sender_id)
+        .bind(self.held_cap)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !took {
+            sqlx::query("UPDATE senders SET held_overflow = held_overflow + 1 WHERE id = $1")
+                .bind(sender_id)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(took)
+    }
+}
+
+/// The subject a rule counts this invite under, if the rule applies.
+fn subject(scope: Scope, invite: &ValidInvite) -> Option<String> {
+    match scope {
+        Scope::Sender => Some(format!("sender:{}", invite.sender_id)),
+        Scope::Ip => invite.sender_ip.map(|ip| format!("ip:{ip}")),
+        Scope::Recipient => Some(format!("recipient:{}", invite.recipient)),
+        Scope::RecipientDomain => Some(format!("domain:{}", invite.recipient_domain)),
+        Scope::Global => Some("global".to_owned()),
+    }
+}
+
+/// Why an invite got its status: each rule checked, its count, limit and outcome.
+fn decision_record(checked: &[Checked], action: Option<Action>) -> serde_json::Value {
+    let rules: Vec<_> = checked
+        .iter()
+        .map(|c| {
+            json!({
+                "rule": c.rule.name,
+                "scope": c.rule.scope.as_str(),
+                "action": c.rule.action.as_str(),
+                "count": c.decision.count,
+                "limit": c.rule.quota.limit,
+                "window_secs": c.rule.quota.window_ms / 1000,
+                "outcome": if c.decision.allowed { "ok" } else { "exceeded" },
+            })
+        })
+        .collect();
+    json!({"reason": "rules", "action": action.map(Action::as_str), "rules": rules})
+}
+
+/// The answer to a `reject` breach: the exceeded reject rule that frees up last.
+fn rejection(checked: &[Checked]) -> Option<Rejection> {
+    checked
+        .iter()
+        .filter(|c| !c.decision.allowed && c.rule.action == Action::Reject)
+        .max_by_key(|c| c.decision.retry_after_ms)
+        .map(|c| Rejection {
+            rule: c.rule.name.clone(),
+            limit: c.rule.quota.limit,
+            remaining: c.decision.remaining,
+            window_secs: c.rule.quota.window_ms / 1000,
+            retry_after_secs: c.decision.retry_after_ms.div_ceil(1000).max(1),
+            reset_secs: c.decision.reset_after_ms.div_ceil(1000),
+        })
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "23505")
+}

@@ -1,0 +1,363 @@
+//! Delivery: the invite email (askama, text and HTML), the transport chosen at startup (SMTP
+//! through lettre, or .eml files), and the outbox worker that claims queued invites.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use askama::Template;
+use lettre::message::{Mailbox, MultiPart};
+use lettre::transport::smtp::PoolConfig;
+use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use rand::Rng;
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MailError {
+    #[error("invalid SENDGUARD_SMTP_URL: {0}")]
+    SmtpUrl(String),
+    #[error("invalid SENDGUARD_MAIL_FROM `{0}`")]
+    From(String),
+    #[error("cannot create the mail directory {0}: {1}")]
+    MailDir(PathBuf, std::io::Error),
+    #[error("building the message: {0}")]
+    Build(String),
+    #[error("smtp: {0}")]
+    Smtp(#[from] lettre::transport::smtp::Error),
+    #[error("writing the message: {0}")]
+    File(#[from] lettre::transport::file::Error),
+}
+
+impl MailError {
+    /// An answer that no retry will change (an unknown mailbox, a message that cannot be built).
+    fn is_permanent(&self) -> bool {
+        match self {
+            MailError::Smtp(e) => e.is_permanent(),
+            MailError::Build(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Where messages go, chosen once at startup.
+#[derive(Clone)]
+pub enum Transport {
+    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    File(AsyncFileTransport<Tokio1Executor>),
+}
+
+impl Transport {
+    /// SMTP when a URL is given (pooled connections), otherwise .eml files in `mail_dir`.
+    pub fn new(smtp_url: Option<&str>, mail_dir: &std::path::Path) -> Result<Self, MailError> {
+        match smtp_url {
+            Some(url) => {
+                let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
+                    .map_err(|e| MailError::SmtpUrl(e.to_string()))?
+                    .timeout(Some(Duration::from_secs(10)))
+                    .pool_config(PoolConfig::new().max_size(8))
+                    .build();
+                Ok(Transport::Smtp(transport))
+            }
+            None => {
+                std::fs::create_dir_all(mail_dir)
+                    .map_err(|e| MailError::MailDir(mail_dir.to_owned(), e))?;
+                Ok(Transport::File(AsyncFileTransport::new(mail_dir)))
+            }
+        }
+    }
+
+    async fn send(&self, message: Message) -> Result<(), MailError> {
+        match self {
+            Transport::Smtp(t) => t.send(message).await.map(drop).map_err(Into::into),
+            Transport::File(t) => t.send(message).await.map(drop).map_err(Into::into),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "email/invite.txt")]
+struct InviteText<'a> {
+    inviter: &'a str,
+    resource: Option<&'a str>,
+    message: Option<&'a str>,
+    link: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "email/invite.html")]
+struct InviteHtml<'a> {
+    subject: &'a str,
+    inviter: &'a str,
+    resource: Option<&'a str>,
+    message: Option<&'a str>,
+    link: &'a str,
+}
+
+/// An invite as the outbox reads it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Outgoing {
+    pub id: Uuid,
+    pub recipient: String,
+    pub resource: Option<String>,
+    pub message: Option<String>,
+    pub sender_name: Option<String>,
+    pub attempts: i32,
+}
+
+/// Renders the email. Every user-supplied field was checked for control characters at the edge;
+/// lettre encodes header values, and askama escapes the HTML part.
+pub fn render(invite: &Outgoing, from: &Mailbox, public_url: &str) -> Result<Message, MailError> {
+    let inviter = invite.sender_name.as_deref().unwrap_or("Someone");
+    let resource = invite.resource.as_deref();
+    let subject = match resource {
+        Some(r) => format!("{inviter} invited you to {r}"),
+        None => format!("{inviter} invited you"),
+    };
+    let link = format!("{}/invites/{}", public_url.trim_end_matches('/'), invite.id);
+    let message = invite.message.as_deref();
+    let build = |e: askama::Error| MailError::Build(e.to_string());
+    let text = InviteText {
+        inviter,
+        resource,
+        message,
+        link: &link,
+    }
+    .render()
+    .map_err(build)?;
+    let html = InviteHtml {
+        subject: &subject,
+        inviter,
+        resource,
+        message,
+        link: &link,
+    }
+    .render()
+    .map_err(build)?;
+    let to: Mailbox = invite
+        .recipient
+        .parse()
+        .map_err(|e: lettre::address::AddressError| MailError::Build(e.to_string()))?;
+    Message::builder()
+        .from(from.clone())
+        .to(to)
+        .subject(subject)
+        .message_id(Some(format!("<{}@sendguard>", invite.id)))
+        .multipart(MultiPart::alternative_plain_html(text, html))
+        .map_err(|e| MailError::Build(e.to_string()))
+}
+
+/// Parses `SENDGUARD_MAIL_FROM`.
+pub fn parse_from(from: &str) -> Result<Mailbox, MailError> {
+    from.parse().map_err(|_| MailError::From(from.to_owned()))
+}
+
+#[derive(Clone)]
+pub struct OutboxSettings {
+    pub from: Mailbox,
+    pub public_url: String,
+    pub max_attempts: i32,
+    pub retry_base: Duration,
+    pub lease: Duration,
+    /// Invites claimed per round.
+    pub batch: i64,
+    /// Pause when there is nothing to send.
+    pub idle: Duration,
+}
+
+/// Claims queued invites and sends them. Several instances may run it on one database: a claim
+/// (`FOR UPDATE SKIP LOCKED` plus a lease) hands each invite to one worker; a worker that dies
+/// leaves its lease to expire and another takes the invite over.
+pub struct Outbox {
+    pool: PgPool,
+    transport: Transport,
+    settings: OutboxSettings,
+    worker_id: String,
+}
+
+impl Outbox {
+    pub fn new(pool: PgPool, transport: Transport, settings: OutboxSettings) -> Self {
+        Outbox {
+            pool,
+            transport,
+            settings,
+            worker_id: format!("{}-{}", std::process::id(), Uuid::new_v4().simple()),
+        }
+    }
+
+    /// Runs until `stop` turns true, finishing the round in hand.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let claimed = match self.round().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "outbox round failed");
+                    0
+                }
+            };
+            if claimed < self.settings.batch as usize {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.settings.idle) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+
+    /// Claims one batch and sends it; returns how many were claimed.
+    pub async fn round(&self) -> Result<usize, sqlx::Error> {
+        let claimed: Vec<Outgoing> = sqlx::query_as(
+            "UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
+             WHERE id IN (
+                 SELECT id FROM invites
+                 WHERE status = 'queued' AND next_attempt_at <= now()
+                   AND (claimed_until IS NULL OR claimed_until < now())
+                 ORDER BY next_attempt_at
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING id, recipient, resource, message, sender_name, attempts",
+        )
+        .bind(&self.worker_id)
+        .bind(self.settings.lease.as_secs_f64())
+        .bind(self.settings.batch)
+        .fetch_all(&self.pool)
+        .await?;
+        let n = claimed.len();
+        let mut sends = JoinSet::new();
+        for invite in claimed {
+            let transport = self.transport.clone();
+            let settings = self.settings.clone();
+            sends.spawn(async move {
+                let result = match render(&invite, &settings.from, &settings.public_url) {
+                    Ok(message) => transport.send(message).await,
+                    Err(e) => Err(e),
+                };
+                (invite, result)
+            });
+        }
+        while let Some(joined) = sends.join_next().await {
+            let Ok((invite, result)) = joined else {
+                continue; // a panicked send leaves its lease to expire: the invite is retried
+            };
+            self.record(&invite, result).await?;
+        }
+        Ok(n)
+    }
+
+    async fn record(
+        &self,
+        invite: &Outgoing,
+        result: Result<(), MailError>,
+    ) -> Result<(), sqlx::Error> {
+        match result {
+            Ok(()) => {
+                sqlx::query(
+                    "UPDATE invites SET status = 'sent', sent_at = now(), attempts = attempts + 1,
+                         last_error = NULL, next_attempt_at = NULL,
+                         claimed_by = NULL, claimed_until = NULL
+                     WHERE id = $1 AND claimed_by = $2",
+                )
+                .bind(invite.id)
+                .bind(&self.worker_id)
+                .execute(&self.pool)
+                .await?;
+            }
+            Err(e) => {
+                let attempts = invite.attempts + 1;
+                let give_up = e.is_permanent() || attempts >= self.settings.max_attempts;
+                let delay = backoff(self.settings.retry_base, attempts);
+                tracing::warn!(invite = %invite.id, attempts, give_up, error = %e, "delivery failed");
+                sqlx::query(
+                    "UPDATE invites SET attempts = $3, last_error = $4,
+                         status = CASE WHEN $5 THEN 'failed' ELSE status END,
+                         next_attempt_at = CASE WHEN $5 THEN NULL
+                             ELSE now() + make_interval(secs => $6) END,
+                         claimed_by = NULL, claimed_until = NULL
+                     WHERE id = $1 AND claimed_by = $2",
+                )
+                .bind(invite.id)
+                .bind(&self.worker_id)
+                .bind(attempts)
+                .bind(e.to_string())
+                .bind(give_up)
+                .bind(delay.as_secs_f64())
+                .execute(&self.pool)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Exponential backoff with jitter: base × 2^(attempts-1), capped at an hour, then a random
+/// share between a half and the whole, so instances retrying together spread out.
+fn backoff(base: Duration, attempts: i32) -> Duration {
+    let exp = attempts.clamp(1, 20) - 1;
+    let full = base.saturating_mul(1 << exp).min(Duration::from_secs(3600));
+    full.mul_f64(rand::rng().random_range(0.5..=1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let base = Duration::from_secs(2);
+        for attempts in 1..30 {
+            let d = backoff(base, attempts);
+            let full = base
+                .saturating_mul(1 << (attempts.clamp(1, 20) - 1))
+                .min(Duration::from_secs(3600));
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempts}: {d:?} vs {full:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn user_text_is_escaped_in_the_html_part() {
+        let html = InviteHtml {
+            subject: "s",
+            inviter: "Bo & Co",
+            resource: Some("<b>doc</b>"),
+            message: Some("<script>alert(1)</script>"),
+            link: "http://x/invites/1",
+        }
+        .render()
+        .expect("render");
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(!html.contains("<b>doc"), "{html}");
+        assert!(
+            html.contains("Bo &#38; Co") || html.contains("Bo &amp; Co"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_message_id_is_the_invite_id() {
+        let invite = Outgoing {
+            id: Uuid::nil(),
+            recipient: "ana@example.com".into(),
+            resource: None,
+            message: None,
+            sender_name: None,
+            attempts: 0,
+        };
+        let from = parse_from("sendguard <no-reply@localhost>").expect("from");
+        let raw = render(&invite, &from, "http://x")
+            .expect("render")
+            .formatted();
+        let raw = String::from_utf8_lossy(&raw);
+        assert!(
+            raw.contains("Message-ID: <00000000-0000-0000-0000-000000000000@sendguard>"),
+            "{raw}"
+        );
+        assert!(raw.contains("Subject: Someone invited you"), "{raw}");
+    }
+}

@@ -1,0 +1,131 @@
+//! Sender states, flags and the audit log: what moderation reads and writes.
+
+use std::str::FromStr;
+
+use serde_json::Value;
+use sqlx::{Postgres, Transaction};
+
+/// A sender's standing (DESIGN.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SenderState {
+    Active,
+    ShadowBanned,
+    Banned,
+    Trusted,
+}
+
+impl SenderState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SenderState::Active => "active",
+            SenderState::ShadowBanned => "shadow_banned",
+            SenderState::Banned => "banned",
+            SenderState::Trusted => "trusted",
+        }
+    }
+
+    /// Whether this sender's invites are held instead of sent.
+    pub fn holds_invites(self) -> bool {
+        matches!(self, SenderState::ShadowBanned | SenderState::Banned)
+    }
+}
+
+impl FromStr for SenderState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            SenderState::Active,
+            SenderState::ShadowBanned,
+            SenderState::Banned,
+            SenderState::Trusted,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| format!("unknown sender state `{s}`"))
+    }
+}
+
+/// The evidence that a sender tripped a rule.
+#[derive(Debug, Clone)]
+pub struct Flag<'a> {
+    pub sender_id: &'a str,
+    pub rule_id: i64,
+    pub rule_name: &'a str,
+    pub observed: i64,
+    pub limit: i64,
+    pub window_secs: i64,
+}
+
+/// The actor of automatic decisions in the audit log.
+pub const SYSTEM: &str = "system";
+
+/// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
+/// transaction. A sender that is no longer active (trusted, already banned) is left alone.
+/// Returns whether the state changed.
+pub async fn shadow_ban(
+    tx: &mut Transaction<'_, Postgres>,
+    flag: &Flag<'_>,
+) -> Result<bool, sqlx::Error> {
+    let changed = sqlx::query(
+        "UPDATE senders SET state = 'shadow_banned', version = version + 1,
+                state_changed_at = now()
+         WHERE id = $1 AND state = 'active'",
+    )
+    .bind(flag.sender_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !changed {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO flags (sender_id, rule_id, rule_name, observed, limit_count, window_secs)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(flag.sender_id)
+    .bind(flag.rule_id)
+    .bind(flag.rule_name)
+    .bind(flag.observed)
+    .bind(flag.limit)
+    .bind(flag.window_secs)
+    .execute(&mut **tx)
+    .await?;
+    audit(
+        tx,
+        SYSTEM,
+        "shadow_ban",
+        Some(flag.sender_id),
+        serde_json::json!({
+            "rule": flag.rule_name,
+            "observed": flag.observed,
+            "limit": flag.limit,
+            "window_secs": flag.window_secs,
+        }),
+        None,
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Writes one audit entry in the caller's transaction.
+pub async fn audit(
+    tx: &mut Transaction<'_, Postgres>,
+    actor: &str,
+    action: &str,
+    sender_id: Option<&str>,
+    detail: Value,
+    note: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO audit_log (actor, action, sender_id, detail, note) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(actor)
+    .bind(action)
+    .bind(sender_id)
+    .bind(detail)
+    .bind(note)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

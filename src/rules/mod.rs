@@ -1,0 +1,224 @@
+//! Rules: named thresholds read from Postgres into an in-memory cache that every instance
+//! reloads when the table changes (LISTEN/NOTIFY, with a one-second poll as a safety net).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+
+use crate::limiter::{Algorithm, Quota};
+
+/// What a rule counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Sender,
+    Ip,
+    Recipient,
+    RecipientDomain,
+    Global,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Sender => "sender",
+            Scope::Ip => "ip",
+            Scope::Recipient => "recipient",
+            Scope::RecipientDomain => "recipient_domain",
+            Scope::Global => "global",
+        }
+    }
+}
+
+impl FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Scope::Sender,
+            Scope::Ip,
+            Scope::Recipient,
+            Scope::RecipientDomain,
+            Scope::Global,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| format!("unknown scope `{s}`"))
+    }
+}
+
+/// What happens when a rule is exceeded, weakest first: the strongest breached action wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    Monitor,
+    Suppress,
+    Reject,
+    ShadowBan,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Monitor => "monitor",
+            Action::Suppress => "suppress",
+            Action::Reject => "reject",
+            Action::ShadowBan => "shadow_ban",
+        }
+    }
+
+    /// Shadow-ban and monitor rules keep counting past the limit: a spammer who keeps going
+    /// stays over, and a monitor shows the true volume.
+    fn counts_over_limit(self) -> bool {
+        matches!(self, Action::ShadowBan | Action::Monitor)
+    }
+}
+
+impl FromStr for Action {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Action::Monitor,
+            Action::Suppress,
+            Action::Reject,
+            Action::ShadowBan,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| format!("unknown action `{s}`"))
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub id: i64,
+    pub name: String,
+    pub scope: Scope,
+    pub quota: Quota,
+    pub action: Action,
+    pub enabled: bool,
+    pub version: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("rule {name}: {reason}")]
+    Invalid { name: String, reason: String },
+}
+
+type RuleRow = (i64, String, String, i64, i64, String, String, bool, i64);
+
+fn from_row(row: RuleRow) -> Result<Rule, RuleError> {
+    let (id, name, scope, limit, window_secs, algorithm, action, enabled, version) = row;
+    let invalid = |reason: String| RuleError::Invalid {
+        name: name.clone(),
+        reason,
+    };
+    let algorithm = Algorithm::from_str(&algorithm).map_err(invalid)?;
+    let action = Action::from_str(&action).map_err(invalid)?;
+    let mut quota = Quota::new(limit as u64, window_secs as u64, algorithm);
+    quota.count_over_limit = action.counts_over_limit();
+    quota.validate().map_err(|e| invalid(e.to_string()))?;
+    Ok(Rule {
+        id,
+        scope: Scope::from_str(&scope).map_err(invalid)?,
+        name,
+        quota,
+        action,
+        enabled,
+        version,
+    })
+}
+
+/// Every rule, by name.
+pub async fn load_all(pool: &PgPool) -> Result<Vec<Rule>, RuleError> {
+    let rows: Vec<RuleRow> = sqlx::query_as(
+        "SELECT id, name, scope, limit_count, window_secs, algorithm, action, enabled, version
+         FROM rules ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(from_row).collect()
+}
+
+/// The rules in force in this process.
+#[derive(Clone)]
+pub struct RuleCache {
+    rules: Arc<ArcSwap<Vec<Rule>>>,
+}
+
+impl RuleCache {
+    pub async fn load(pool: &PgPool) -> Result<Self, RuleError> {
+        Ok(RuleCache {
+            rules: Arc::new(ArcSwap::from_pointee(load_all(pool).await?)),
+        })
+    }
+
+    /// The enabled rules.
+    pub fn enabled(&self) -> Vec<Rule> {
+        self.rules
+            .load()
+            .iter()
+            .filter(|r| r.enabled)
+            .cloned()
+            .collect()
+    }
+
+    async fn reload(&self, pool: &PgPool) {
+        match load_all(pool).await {
+            Ok(rules) => {
+                if **self.rules.load() != rules {
+                    tracing::info!(rules = rules.len(), "rules reloaded");
+                    self.rules.store(Arc::new(rules));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reloading rules failed; keeping the last ones"),
+        }
+    }
+
+    /// Keeps the cache in step with the table until the task is dropped: at once on a change
+    /// (NOTIFY), and every second regardless, so a missed notification costs at most a second.
+    pub fn watch(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
+        let cache = self.clone();
+        tokio::spawn(async move {
+            let mut listener = match PgListener::connect_with(&pool).await {
+                Ok(mut l) => match l.listen("sendguard_rules").await {
+                    Ok(()) => Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "LISTEN failed; polling rules only");
+                        None
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN connection failed; polling rules only");
+                    None
+                }
+            };
+            loop {
+                match listener.as_mut() {
+                    // A notification or a second, whichever comes first.
+                    Some(l) => {
+                        if let Ok(Err(e)) =
+                            tokio::time::timeout(Duration::from_secs(1), l.recv()).await
+                        {
+                            tracing::warn!(error = %e, "rule notifications interrupted");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                    None => tokio::time::sleep(Duration::from_secs(1)).await,
+                }
+                cache.reload(&pool).await;
+            }
+        })
+    }
+}
