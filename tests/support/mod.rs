@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod app;
 pub mod reference;
+pub mod smtp;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
