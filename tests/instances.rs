@@ -117,11 +117,12 @@ async fn two_instances_share_the_limit_and_deliver_each_invite_once() {
         5 + 8,
         "the busy sender's five within the combined limit, and the eight calm ones"
     );
-    let held: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM invites WHERE sender_id = 'busy' AND status = 'held'")
-            .fetch_one(&pool)
-            .await
-            .expect("held");
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'busy' AND status = 'held'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("held");
     assert_eq!(held, 7);
     drop(instances);
     sink.stop();
@@ -154,10 +155,17 @@ async fn a_rule_changed_in_the_database_is_in_force_within_two_seconds() {
     let in_force = wait_for(Duration::from_secs(2), || {
         n += 1;
         let sent = invite(n);
-        async move { sent.await.is_ok_and(|r| r.status() == StatusCode::TOO_MANY_REQUESTS) }
+        async move {
+            sent.await
+                .is_ok_and(|r| r.status() == StatusCode::TOO_MANY_REQUESTS)
+        }
     })
     .await;
-    assert!(in_force, "the new limit was not in force after {:?}", changed_at.elapsed());
+    assert!(
+        in_force,
+        "the new limit was not in force after {:?}",
+        changed_at.elapsed()
+    );
     app.shutdown().await;
     sink.stop();
     pool.close().await;
@@ -192,12 +200,17 @@ async fn held_invites_beyond_the_cap_are_counted_not_stored() {
             .fetch_one(&pool)
             .await
             .expect("sender");
-    assert_eq!((stored, overflow), (3, 3), "one sent, three held and stored, three counted");
-    let held: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM invites WHERE sender_id = 'flood' AND status = 'held'")
-            .fetch_one(&pool)
-            .await
-            .expect("held");
+    assert_eq!(
+        (stored, overflow),
+        (3, 3),
+        "one sent, three held and stored, three counted"
+    );
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'flood' AND status = 'held'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("held");
     assert_eq!(held, 3);
     app.shutdown().await;
     sink.stop();
