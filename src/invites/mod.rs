@@ -96,25 +96,27 @@ impl InviteService {
         let invite = &sub.invite;
         let state = self.sender_state(&invite.sender_id).await?;
 
-        let (status, decision, breach) = match state {
-            SenderState::Trusted => (Status::Queued, json!({"reason": "trusted"}), None),
-            s if s.holds_invites() => (
-                Status::Held,
-                json!({"reason": format!("sender_{}", s.as_str())}),
-                None,
-            ),
-            _ => {
-                let checked = self.check_rules(invite).await?;
-                let strongest = checked
-                    .iter()
-                    .filter(|c| !c.decision.allowed)
-                    .map(|c| c.rule.action)
-                    .max();
-                if strongest == Some(Action::Reject)
-                    && let Some(r) = rejection(&checked)
-                {
-                    return Ok(Outcome::Rejected(r));
-                }
+        let (status, decision, breach) = if state == SenderState::Trusted {
+            (Status::Queued, json!({"reason": "trusted"}), None)
+        } else {
+            // Held senders go through the same checks as everyone: their answers must not come
+            // sooner (that would tell them they are banned), and their attempts keep counting.
+            let checked = self.check_rules(invite).await?;
+            let strongest = checked
+                .iter()
+                .filter(|c| !c.decision.allowed)
+                .map(|c| c.rule.action)
+                .max();
+            if strongest == Some(Action::Reject)
+                && let Some(r) = rejection(&checked)
+            {
+                return Ok(Outcome::Rejected(r));
+            }
+            if state.holds_invites() {
+                let mut record = decision_record(&checked, strongest);
+                record["reason"] = json!(format!("sender_{}", state.as_str()));
+                (Status::Held, record, None)
+            } else {
                 let status = match strongest {
                     Some(Action::ShadowBan) => Status::Held,
                     Some(Action::Suppress) => Status::Suppressed,
