@@ -147,6 +147,18 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
         status_counts(&pool, "friend").await,
         [("sent".to_owned(), 2)]
     );
+    // After the ban the sender's invites still went through the rules (same work, same timing)
+    // and still counted: the seventh and eighth attempts are the 7th and 8th of the hour.
+    let counts: Vec<i64> = sqlx::query_scalar(
+        "SELECT (r->>'count')::bigint FROM invites, jsonb_array_elements(decision->'rules') r
+         WHERE sender_id = 'spammer' AND decision->>'reason' = 'sender_shadow_banned'
+           AND r->>'rule' = 'sender-hourly'
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("decision records");
+    assert_eq!(counts, [7, 8]);
     let audit: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM audit_log WHERE sender_id = 'spammer' AND actor = 'system' AND action = 'shadow_ban'",
     )
