@@ -1,5 +1,7 @@
 //! Sender states, flags and the audit log: what moderation reads and writes.
 
+pub mod review;
+
 use std::str::FromStr;
 
 use serde_json::Value;

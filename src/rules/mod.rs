@@ -164,6 +164,11 @@ impl RuleCache {
         })
     }
 
+    /// Every rule, enabled or not.
+    pub fn all(&self) -> Vec<Rule> {
+        self.rules.load().to_vec()
+    }
+
     /// The enabled rules.
     pub fn enabled(&self) -> Vec<Rule> {
         self.rules

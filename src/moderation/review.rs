@@ -1,0 +1,204 @@
+//! Review actions on a sender (DESIGN.md §3b): each carries the version of the sender the admin
+//! saw and is refused when the sender changed since; each is written to the audit log.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::{SenderState, audit};
+use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
+use crate::rules::{RuleCache, Scope};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewAction {
+    /// The ban stands: held invites are discarded, the sender is `banned`.
+    ConfirmBan,
+    /// A legitimate sender: held invites go back to the queue and are sent.
+    LiftAndRelease,
+    /// Lift the ban but throw the held invites away.
+    LiftAndDiscard,
+    /// Allow-list: rules no longer apply.
+    MarkTrusted,
+    /// Hold this sender's invites from now on, pending review.
+    ShadowBan,
+}
+
+impl ReviewAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewAction::ConfirmBan => "confirm_ban",
+            ReviewAction::LiftAndRelease => "lift_and_release",
+            ReviewAction::LiftAndDiscard => "lift_and_discard",
+            ReviewAction::MarkTrusted => "mark_trusted",
+            ReviewAction::ShadowBan => "shadow_ban",
+        }
+    }
+
+    fn new_state(self) -> SenderState {
+        match self {
+            ReviewAction::ConfirmBan => SenderState::Banned,
+            ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard => SenderState::Active,
+            ReviewAction::MarkTrusted => SenderState::Trusted,
+            ReviewAction::ShadowBan => SenderState::ShadowBanned,
+        }
+    }
+
+    /// What happens to the held invites.
+    fn held_become(self) -> Option<&'static str> {
+        match self {
+            ReviewAction::ConfirmBan | ReviewAction::LiftAndDiscard => Some("discarded"),
+            ReviewAction::LiftAndRelease | ReviewAction::MarkTrusted => Some("queued"),
+            ReviewAction::ShadowBan => None,
+        }
+    }
+}
+
+impl std::str::FromStr for ReviewAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            ReviewAction::ConfirmBan,
+            ReviewAction::LiftAndRelease,
+            ReviewAction::LiftAndDiscard,
+            ReviewAction::MarkTrusted,
+            ReviewAction::ShadowBan,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+        .ok_or_else(|| format!("unknown action `{s}`"))
+    }
+}
+
+/// One admin decision about one sender.
+#[derive(Debug, Clone)]
+pub struct Review<'a> {
+    pub sender_id: &'a str,
+    pub action: ReviewAction,
+    /// The sender's version when the admin loaded the page.
+    pub seen_version: i64,
+    pub actor: &'a str,
+    pub note: Option<&'a str>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("no sender `{0}`")]
+    NotFound(String),
+    #[error(
+        "this sender changed since you loaded the page (now {state}, version {version}); reload and decide again"
+    )]
+    Stale { state: String, version: i64 },
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("clearing counters: {0}")]
+    Limiter(#[from] LimiterError),
+}
+
+/// What a review did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reviewed {
+    pub state: SenderState,
+    pub version: i64,
+    /// Held invites released to the queue or discarded.
+    pub invites_changed: u64,
+}
+
+/// Applies a review in one transaction; a lift then clears the sender's counters of the rules
+/// it tripped, so the released invites and the next ones do not trip them again at once.
+pub async fn apply(
+    pool: &PgPool,
+    limiter: &Limiter,
+    keys: &KeyPrefix,
+    rules: &RuleCache,
+    review: &Review<'_>,
+) -> Result<Reviewed, ReviewError> {
+    let mut tx = pool.begin().await?;
+    let current: Option<(String, i64)> =
+        sqlx::query_as("SELECT state, version FROM senders WHERE id = $1 FOR UPDATE")
+            .bind(review.sender_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((state, version)) = current else {
+        return Err(ReviewError::NotFound(review.sender_id.to_owned()));
+    };
+    if version != review.seen_version {
+        return Err(ReviewError::Stale { state, version });
+    }
+    let new_state = review.action.new_state();
+    let version: i64 = sqlx::query_scalar(
+        "UPDATE senders SET state = $2, version = version + 1, state_changed_at = now(),
+             held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END
+         WHERE id = $1 RETURNING version",
+    )
+    .bind(review.sender_id)
+    .bind(new_state.as_str())
+    .bind(review.action.held_become().is_some())
+    .fetch_one(&mut *tx)
+    .await?;
+    let invites_changed = match review.action.held_become() {
+        // Released invites go to the queue as they are: they were counted when they came in.
+        Some(status) => sqlx::query(
+            "UPDATE invites SET status = $2,
+                 next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
+             WHERE sender_id = $1 AND status = 'held'",
+        )
+        .bind(review.sender_id)
+        .bind(status)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected(),
+        None => 0,
+    };
+    audit(
+        &mut tx,
+        review.actor,
+        review.action.as_str(),
+        Some(review.sender_id),
+        json!({"from": state, "to": new_state.as_str(), "invites": invites_changed}),
+        review.note,
+    )
+    .await?;
+    let tripped: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT rule_name FROM flags WHERE sender_id = $1")
+            .bind(review.sender_id)
+            .fetch_all(&mut *tx)
+            .await?;
+    let ips: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT sender_ip FROM invites WHERE sender_id = $1 AND sender_ip IS NOT NULL",
+    )
+    .bind(review.sender_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+
+    if matches!(
+        review.action,
+        ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard
+    ) {
+        let tripped: BTreeSet<String> = tripped.into_iter().collect();
+        let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
+        for rule in rules
+            .all()
+            .into_iter()
+            .filter(|r| tripped.contains(&r.name))
+        {
+            let subjects: Vec<String> = match rule.scope {
+                Scope::Sender => vec![format!("sender:{}", review.sender_id)],
+                Scope::Ip => ips.iter().map(|ip| format!("ip:{ip}")).collect(),
+                // Recipients and the global count belong to others too: left as they are.
+                Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
+            };
+            for subject in subjects {
+                to_clear.push((keys.key(&subject, &rule.name, &rule.quota), rule.quota));
+            }
+        }
+        let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
+        limiter.clear(&pairs).await?;
+    }
+    Ok(Reviewed {
+        state: new_state,
+        version,
+        invites_changed,
+    })
+}
