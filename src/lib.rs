@@ -10,6 +10,7 @@ pub mod invites;
 pub mod limiter;
 pub mod mail;
 pub mod moderation;
+mod names;
 pub mod rules;
 
 use std::net::SocketAddr;

@@ -17,6 +17,13 @@ pub enum SenderState {
 }
 
 impl SenderState {
+    pub const ALL: [SenderState; 4] = [
+        SenderState::Active,
+        SenderState::ShadowBanned,
+        SenderState::Banned,
+        SenderState::Trusted,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SenderState::Active => "active",
@@ -35,15 +42,7 @@ impl SenderState {
 impl FromStr for SenderState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            SenderState::Active,
-            SenderState::ShadowBanned,
-            SenderState::Banned,
-            SenderState::Trusted,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-        .ok_or_else(|| format!("unknown sender state `{s}`"))
+        crate::names::parse(&SenderState::ALL, SenderState::as_str, s, "sender state")
     }
 }
 

@@ -25,6 +25,14 @@ pub enum ReviewAction {
 }
 
 impl ReviewAction {
+    pub const ALL: [ReviewAction; 5] = [
+        ReviewAction::ConfirmBan,
+        ReviewAction::LiftAndRelease,
+        ReviewAction::LiftAndDiscard,
+        ReviewAction::MarkTrusted,
+        ReviewAction::ShadowBan,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReviewAction::ConfirmBan => "confirm_ban",
@@ -57,16 +65,7 @@ impl ReviewAction {
 impl std::str::FromStr for ReviewAction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            ReviewAction::ConfirmBan,
-            ReviewAction::LiftAndRelease,
-            ReviewAction::LiftAndDiscard,
-            ReviewAction::MarkTrusted,
-            ReviewAction::ShadowBan,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == s)
-        .ok_or_else(|| format!("unknown action `{s}`"))
+        crate::names::parse(&ReviewAction::ALL, ReviewAction::as_str, s, "review action")
     }
 }
 

@@ -23,6 +23,14 @@ pub enum Scope {
 }
 
 impl Scope {
+    pub const ALL: [Scope; 5] = [
+        Scope::Sender,
+        Scope::Ip,
+        Scope::Recipient,
+        Scope::RecipientDomain,
+        Scope::Global,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Sender => "sender",
@@ -37,16 +45,7 @@ impl Scope {
 impl FromStr for Scope {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            Scope::Sender,
-            Scope::Ip,
-            Scope::Recipient,
-            Scope::RecipientDomain,
-            Scope::Global,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-        .ok_or_else(|| format!("unknown scope `{s}`"))
+        crate::names::parse(&Scope::ALL, Scope::as_str, s, "scope")
     }
 }
 
@@ -60,6 +59,13 @@ pub enum Action {
 }
 
 impl Action {
+    pub const ALL: [Action; 4] = [
+        Action::Monitor,
+        Action::Suppress,
+        Action::Reject,
+        Action::ShadowBan,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Monitor => "monitor",
@@ -79,15 +85,7 @@ impl Action {
 impl FromStr for Action {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            Action::Monitor,
-            Action::Suppress,
-            Action::Reject,
-            Action::ShadowBan,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-        .ok_or_else(|| format!("unknown action `{s}`"))
+        crate::names::parse(&Action::ALL, Action::as_str, s, "action")
     }
 }
 
