@@ -2,6 +2,7 @@
 //!
 //! Wiring lives here: the shared state, the router, startup and shutdown.
 
+pub mod admin;
 pub mod api_keys;
 pub mod config;
 pub mod db;
@@ -36,6 +37,7 @@ pub struct AppState {
     pub pool: PgPool,
     pub limiter: Limiter,
     pub invites: InviteService,
+    pub admin: admin::AdminSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/invites", post(invites::http::create))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .merge(admin::router())
         .with_state(state)
 }
 
@@ -145,6 +148,9 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         },
         pool: pool.clone(),
         limiter,
+        admin: admin::AdminSettings {
+            secure_cookies: cfg.public_url.starts_with("https://"),
+        },
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -155,7 +161,8 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     let (stop, stopped) = watch::channel(false);
     let mut server_stop = stopped.clone();
     let server = tokio::spawn(async move {
-        axum::serve(listener, router(state))
+        let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = server_stop.wait_for(|s| *s).await;
             })

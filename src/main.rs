@@ -27,6 +27,9 @@ enum Command {
     /// Manage the API keys the calling app authenticates with.
     #[command(subcommand)]
     ApiKey(ApiKeyCommand),
+    /// Manage dashboard admins.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Replay generated traffic through every algorithm and compare each with an exact window.
     Simulate(SimulateArgs),
     /// Measure the service's parts against their ceilings.
@@ -39,6 +42,17 @@ enum ApiKeyCommand {
     /// Create a key; it is printed once, only its hash is stored.
     Create {
         name: String,
+        #[command(flatten)]
+        database: Database,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Add an admin; the password comes from SENDGUARD_ADMIN_PASSWORD, else it is asked for on
+    /// the terminal without echo.
+    Add {
+        username: String,
         #[command(flatten)]
         database: Database,
     },
@@ -99,6 +113,9 @@ async fn main() -> ExitCode {
         Command::Migrate(db) => migrate(&db).await,
         Command::ApiKey(ApiKeyCommand::Create { name, database }) => {
             create_api_key(&name, &database).await
+        }
+        Command::Admin(AdminCommand::Add { username, database }) => {
+            add_admin(&username, &database).await
         }
         Command::Simulate(args) => {
             run_simulate(&args);
@@ -172,6 +189,25 @@ async fn create_api_key(name: &str, db: &Database) -> Result<(), Failure> {
     pool.close().await;
     println!("{key}");
     eprintln!("API key `{name}` created. It is shown only now: store it safely.");
+    Ok(())
+}
+
+async fn add_admin(username: &str, db: &Database) -> Result<(), Failure> {
+    let password = match std::env::var("SENDGUARD_ADMIN_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => {
+            let first = rpassword::prompt_password(format!("Password for {username}: "))?;
+            let again = rpassword::prompt_password("Same password again: ")?;
+            if first != again {
+                return Err("the two passwords differ".into());
+            }
+            first
+        }
+    };
+    let pool = sendguard::db::connect_and_migrate(&db.database_url).await?;
+    sendguard::admin::accounts::add(&pool, username, &password).await?;
+    pool.close().await;
+    println!("admin `{username}` added");
     Ok(())
 }
 

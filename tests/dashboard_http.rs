@@ -1,0 +1,325 @@
+//! The dashboard over HTTP: login, sessions, CSRF, the review queue and the sender page's
+//! decisions, against a running instance, Postgres, Redis and an SMTP server on 127.0.0.1.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::redirect::Policy;
+use serde_json::json;
+use sqlx::PgPool;
+use support::app::{TestDb, api_key, config, queued, wait_for};
+use support::smtp::SmtpSink;
+
+const PASSWORD: &str = "correct horse battery";
+
+struct Stage {
+    db: TestDb,
+    pool: PgPool,
+    sink: SmtpSink,
+    app: sendguard::Running,
+    base: String,
+    key: String,
+}
+
+impl Stage {
+    async fn new(test: &str) -> Stage {
+        let db = TestDb::create(test).await;
+        let pool = sendguard::db::connect_and_migrate(&db.url)
+            .await
+            .expect("migrate");
+        sqlx::query("UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'")
+            .execute(&pool)
+            .await
+            .expect("rule");
+        sendguard::admin::accounts::add(&pool, "alice", PASSWORD)
+            .await
+            .expect("admin");
+        let sink = SmtpSink::start().await;
+        let app = sendguard::start(&config(&db, Some(sink.url())))
+            .await
+            .expect("start");
+        Stage {
+            base: format!("http://{}", app.addr),
+            key: api_key(&pool).await,
+            db,
+            pool,
+            sink,
+            app,
+        }
+    }
+
+    /// A browser-like client: keeps cookies, does not follow redirects (so tests see them).
+    fn browser() -> reqwest::Client {
+        reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(Policy::none())
+            .build()
+            .expect("client")
+    }
+
+    async fn log_in(&self, client: &reqwest::Client, password: &str) -> reqwest::Response {
+        client
+            .post(format!("{}/admin/login", self.base))
+            .form(&[("username", "alice"), ("password", password)])
+            .send()
+            .await
+            .expect("login")
+    }
+
+    async fn get(&self, client: &reqwest::Client, path: &str) -> (StatusCode, String) {
+        let resp = client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("get");
+        (resp.status(), resp.text().await.expect("body"))
+    }
+
+    async fn invite(&self, sender: &str, recipient: &str) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/api/v1/invites", self.base))
+            .bearer_auth(&self.key)
+            .json(&json!({"sender_id": sender, "recipient": recipient}))
+            .send()
+            .await
+            .expect("invite");
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    async fn settle(&self) -> usize {
+        wait_for(Duration::from_secs(15), || async {
+            queued(&self.pool).await == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.sink.messages().len()
+    }
+
+    async fn finish(self) {
+        self.app.shutdown().await;
+        self.sink.stop();
+        self.pool.close().await;
+        self.db.drop_db().await;
+    }
+}
+
+/// The value of the first hidden input named `name` in a page.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html.find(&marker).map(|i| i + marker.len()).expect(name);
+    html[start..].split('"').next().expect("value").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_need_a_login_and_a_wrong_password_is_refused() {
+    let stage = Stage::new("dashlogin").await;
+    let browser = Stage::browser();
+    let resp = browser
+        .get(format!("{}/admin/queue", stage.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()["location"], "/admin/login");
+    let (status, page) = stage.get(&browser, "/admin/login").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<label for=\"password\">"));
+
+    let wrong = stage.log_in(&browser, "not the password").await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong
+            .text()
+            .await
+            .expect("body")
+            .contains("Wrong username or password")
+    );
+
+    let ok = stage.log_in(&browser, PASSWORD).await;
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    let cookie = ok.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/admin"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http here: {cookie}");
+    let resp = browser
+        .get(format!("{}/admin/queue", stage.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let csp = resp.headers()["content-security-policy"]
+        .to_str()
+        .expect("csp");
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"));
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    stage.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_are_rate_limited() {
+    let stage = Stage::new("dashlimit").await;
+    let browser = Stage::browser();
+    for _ in 0..10 {
+        let resp = stage.log_in(&browser, "guess").await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+    let resp = stage.log_in(&browser, PASSWORD).await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        resp.text()
+            .await
+            .expect("body")
+            .contains("Too many failed attempts")
+    );
+    stage.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
+    let stage = Stage::new("dashlift").await;
+    for n in 0..5 {
+        stage.invite("eager", &format!("e{n}@example.com")).await;
+    }
+    assert_eq!(stage.settle().await, 3);
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(queue.contains("/admin/senders/eager"), "{queue}");
+    assert!(
+        queue.contains("sender-hourly") && queue.contains("4 / 3"),
+        "{queue}"
+    );
+
+    let (status, page) = stage.get(&browser, "/admin/senders/eager").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("exceeded sender-hourly 4/3"),
+        "decision record shown"
+    );
+    assert!(page.contains("sender was shadow-banned"), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let version = hidden(&page, "version");
+    let review_url = format!("{}/admin/senders/eager/review", stage.base);
+
+    // Without the token: refused, nothing changes.
+    let forged = browser
+        .post(&review_url)
+        .form(&[
+            ("csrf", "0".repeat(64).as_str()),
+            ("version", version.as_str()),
+            ("action", "lift_and_release"),
+        ])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'eager'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("state");
+    assert_eq!(state, "shadow_banned");
+
+    let done = browser
+        .post(&review_url)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("version", version.as_str()),
+            ("action", "lift_and_release"),
+            ("note", "known customer"),
+        ])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        stage.settle().await,
+        5,
+        "the two held invites reach the SMTP server"
+    );
+
+    // The same, stale form again: refused with a clear message.
+    let stale = browser
+        .post(&review_url)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("version", version.as_str()),
+            ("action", "confirm_ban"),
+        ])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    assert!(
+        stale
+            .text()
+            .await
+            .expect("body")
+            .contains("changed since you loaded the page")
+    );
+
+    let (_, page) = stage.get(&browser, "/admin/senders/eager").await;
+    assert!(
+        page.contains("alice")
+            && page.contains("lift_and_release")
+            && page.contains("known customer")
+    );
+    stage.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_confirm_from_the_queue_holds_later_invites() {
+    let stage = Stage::new("dashbulk").await;
+    for sender in ["b1", "b2"] {
+        for n in 0..4 {
+            stage
+                .invite(sender, &format!("{sender}-{n}@example.com"))
+                .await;
+        }
+    }
+    assert_eq!(stage.settle().await, 6);
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let csrf = hidden(&queue, "csrf");
+    let picks: Vec<String> = ["b1", "b2"]
+        .iter()
+        .map(|id| {
+            let marker = format!(":{id}\"");
+            let end = queue.find(&marker).expect("row");
+            let start = queue[..end].rfind('"').expect("value start") + 1;
+            format!("{}:{id}", &queue[start..end])
+        })
+        .collect();
+    let body = format!(
+        "csrf={csrf}&sender={}&sender={}&note=spam+wave",
+        picks[0].replace(':', "%3A"),
+        picks[1].replace(':', "%3A")
+    );
+    let resp = browser
+        .post(format!("{}/admin/queue/confirm", stage.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let banned: i64 = sqlx::query_scalar("SELECT count(*) FROM senders WHERE state = 'banned'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("count");
+    assert_eq!(banned, 2);
+    stage.invite("b1", "later@example.com").await;
+    assert_eq!(
+        stage.settle().await,
+        6,
+        "a confirmed ban delivers nothing more"
+    );
+    stage.finish().await;
+}
