@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::json;
 use sqlx::PgPool;
-use support::app::{TestDb, api_key, config, queued, wait_for};
+use support::app::{TestDb, api_key, config, migrated, queued, wait_for};
 use support::smtp::SmtpSink;
 
 const PASSWORD: &str = "correct horse battery";
@@ -25,14 +25,11 @@ struct Stage {
 
 impl Stage {
     async fn new(test: &str) -> Stage {
-        let db = TestDb::create(test).await;
-        let pool = sendguard::db::connect_and_migrate(&db.url)
-            .await
-            .expect("migrate");
-        sqlx::query("UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'")
-            .execute(&pool)
-            .await
-            .expect("rule");
+        let (db, pool) = migrated(
+            test,
+            &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        )
+        .await;
         sendguard::admin::accounts::add(&pool, "alice", PASSWORD)
             .await
             .expect("admin");

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
-use support::app::{TestDb, api_key, queued, wait_for};
+use support::app::{TestDb, api_key, migrated, queued, wait_for};
 use support::smtp::SmtpSink;
 
 /// A `sendguard serve` process, killed when dropped.
@@ -56,17 +55,6 @@ async fn spawn(db: &TestDb, prefix: &str, smtp_url: &str) -> Instance {
     .await;
     assert!(up, "sendguard serve on port {port} did not become ready");
     Instance { child, base }
-}
-
-async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
-    let db = TestDb::create(test).await;
-    let pool = sendguard::db::connect_and_migrate(&db.url)
-        .await
-        .expect("migrate");
-    for statement in sql {
-        sqlx::query(statement).execute(&pool).await.expect("setup");
-    }
-    (db, pool)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

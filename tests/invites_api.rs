@@ -7,20 +7,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use support::app::{TestDb, api_key, config, queued, wait_for};
+use support::app::{api_key, config, migrated, queued, wait_for};
 use support::smtp::SmtpSink;
-
-/// A migrated test database with `sql` applied before the app starts (rules load at start).
-async fn prepared(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
-    let db = TestDb::create(test).await;
-    let pool = sendguard::db::connect_and_migrate(&db.url)
-        .await
-        .expect("migrate");
-    for statement in sql {
-        sqlx::query(statement).execute(&pool).await.expect("setup");
-    }
-    (db, pool)
-}
 
 struct Api {
     base: String,
@@ -71,7 +59,7 @@ async fn status_counts(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
-    let (db, pool) = prepared(
+    let (db, pool) = migrated(
         "shadow",
         &["UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'"],
     )
@@ -175,7 +163,7 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
-    let (db, pool) = prepared("suppress", &[]).await;
+    let (db, pool) = migrated("suppress", &[]).await;
     let sink = SmtpSink::start().await;
     let app = sendguard::start(&config(&db, Some(sink.url())))
         .await
@@ -222,7 +210,7 @@ async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reject_rule_answers_429_with_its_headers() {
-    let (db, pool) = prepared(
+    let (db, pool) = migrated(
         "reject",
         &["UPDATE rules SET limit_count = 2 WHERE name = 'ip-hourly'"],
     )
@@ -284,7 +272,7 @@ async fn a_reject_rule_answers_429_with_its_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
-    let (db, pool) = prepared("badinput", &[]).await;
+    let (db, pool) = migrated("badinput", &[]).await;
     let sink = SmtpSink::start().await;
     let app = sendguard::start(&config(&db, Some(sink.url())))
         .await
@@ -452,7 +440,7 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
-    let (db, pool) = prepared("idempotency", &[]).await;
+    let (db, pool) = migrated("idempotency", &[]).await;
     let sink = SmtpSink::start().await;
     let app = sendguard::start(&config(&db, Some(sink.url())))
         .await
@@ -495,7 +483,7 @@ async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
-    let (db, pool) = prepared("smtpdown", &[]).await;
+    let (db, pool) = migrated("smtpdown", &[]).await;
     // Reserve a port, then leave nothing listening on it.
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");

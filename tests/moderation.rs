@@ -12,7 +12,7 @@ use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
 use sendguard::rules::RuleCache;
 use serde_json::json;
 use sqlx::PgPool;
-use support::app::{TestDb, api_key, config, queued, wait_for};
+use support::app::{TestDb, api_key, config, migrated, queued, wait_for};
 use support::smtp::SmtpSink;
 
 /// A running instance with `sender-hourly` at 3, and what a reviewer needs to act on it.
@@ -29,14 +29,11 @@ struct Stage {
 
 impl Stage {
     async fn new(test: &str) -> Stage {
-        let db = TestDb::create(test).await;
-        let pool = sendguard::db::connect_and_migrate(&db.url)
-            .await
-            .expect("migrate");
-        sqlx::query("UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'")
-            .execute(&pool)
-            .await
-            .expect("rule");
+        let (db, pool) = migrated(
+            test,
+            &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        )
+        .await;
         let sink = SmtpSink::start().await;
         let cfg = config(&db, Some(sink.url()));
         let app = sendguard::start(&cfg).await.expect("start");

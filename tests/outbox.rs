@@ -7,17 +7,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use sqlx::PgPool;
-use support::app::{TestDb, api_key, config, wait_for};
+use support::app::{api_key, config, migrated, wait_for};
 use support::smtp::SmtpSink;
-
-async fn migrated(test: &str) -> (TestDb, PgPool) {
-    let db = TestDb::create(test).await;
-    let pool = sendguard::db::connect_and_migrate(&db.url)
-        .await
-        .expect("migrate");
-    (db, pool)
-}
 
 async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipient: &str) {
     let resp = reqwest::Client::new()
@@ -32,7 +23,7 @@ async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
-    let (db, pool) = migrated("giveup").await;
+    let (db, pool) = migrated("giveup", &[]).await;
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");
         probe.local_addr().expect("addr").port()
@@ -67,7 +58,7 @@ async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_claimed_by_a_dead_instance_is_sent_when_its_lease_expires() {
-    let (db, pool) = migrated("lease").await;
+    let (db, pool) = migrated("lease", &[]).await;
     let key = api_key(&pool).await;
     let key_id: i64 = sqlx::query_scalar("SELECT id FROM api_keys")
         .fetch_one(&pool)
@@ -114,7 +105,7 @@ async fn an_invite_claimed_by_a_dead_instance_is_sent_when_its_lease_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_smtp_messages_are_written_as_eml_files() {
-    let (db, pool) = migrated("filemail").await;
+    let (db, pool) = migrated("filemail", &[]).await;
     let dir = std::env::temp_dir().join(format!("sendguard-eml-{}", uuid::Uuid::new_v4()));
     let mut cfg = config(&db, None);
     cfg.mail_dir = dir.clone();

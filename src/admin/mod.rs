@@ -219,14 +219,15 @@ async fn log_in(
 ) -> Result<Response, AdminError> {
     let (quota, subjects) = login_checks(&form.username, &client);
     let keys = subjects.map(|s| state.invites.keys.key(&s, "admin-login", &quota));
-    let peek: Vec<Check<'_>> = keys
-        .iter()
-        .map(|key| Check {
-            key,
-            quota: &quota,
-            cost: 0,
-        })
-        .collect();
+    let checks = |cost| -> Vec<Check<'_>> {
+        keys.iter()
+            .map(|key| Check {
+                key,
+                quota: &quota,
+                cost,
+            })
+            .collect()
+    };
     let refuse = |text: String, status: StatusCode| {
         let page = LoginPage {
             admin: None,
@@ -237,7 +238,7 @@ async fn log_in(
         (status, page).into_response()
     };
     // A store that cannot count failures must not let guessing run unbounded: refuse.
-    let Ok(counts) = state.limiter.check_batch(&peek, None).await else {
+    let Ok(counts) = state.limiter.check_batch(&checks(0), None).await else {
         return Ok(refuse(
             "Logging in is unavailable for a moment; try again shortly.".into(),
             StatusCode::SERVICE_UNAVAILABLE,
@@ -267,15 +268,7 @@ async fn log_in(
             Ok(response)
         }
         Ok(None) => {
-            let failed: Vec<Check<'_>> = keys
-                .iter()
-                .map(|key| Check {
-                    key,
-                    quota: &quota,
-                    cost: 1,
-                })
-                .collect();
-            if let Err(e) = state.limiter.check_batch(&failed, None).await {
+            if let Err(e) = state.limiter.check_batch(&checks(1), None).await {
                 tracing::warn!(error = %e, "could not count a failed login");
             }
             Ok(refuse(

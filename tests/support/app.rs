@@ -102,3 +102,16 @@ pub async fn queued(pool: &PgPool) -> i64 {
         .await
         .expect("count queued")
 }
+
+/// A migrated test database with `sql` applied; an app started on it afterwards loads the
+/// rules as `sql` left them.
+pub async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
+    let db = TestDb::create(test).await;
+    let pool = sendguard::db::connect_and_migrate(&db.url)
+        .await
+        .expect("migrate");
+    for statement in sql {
+        sqlx::query(statement).execute(&pool).await.expect("setup");
+    }
+    (db, pool)
+}
