@@ -320,3 +320,80 @@ async fn bulk_confirm_from_the_queue_holds_later_invites() {
     );
     stage.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_is_edited_through_its_form_and_backtested() {
+    let stage = Stage::new("dashrules").await;
+    // Traffic to backtest: one sender with four invites, two senders with one each.
+    for n in 0..4 {
+        stage.invite("heavy", &format!("h{n}@example.com")).await;
+    }
+    stage.invite("light1", "l1@example.com").await;
+    stage.invite("light2", "l2@example.com").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, list) = stage.get(&browser, "/admin/rules").await;
+    assert!(list.contains("recipient-daily") && list.contains("ip-hourly"));
+    let id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("rule id");
+    let (_, form) = stage.get(&browser, &format!("/admin/rules/{id}")).await;
+    let csrf = hidden(&form, "csrf");
+    let version = hidden(&form, "version");
+    let url = format!("{}/admin/rules/{id}", stage.base);
+    let post = |limit: &'static str, intent: &'static str| {
+        browser
+            .post(&url)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("version", version.as_str()),
+                ("scope", "sender"),
+                ("limit", limit),
+                ("window", "3600"),
+                ("algorithm", "hash_counters"),
+                ("rule_action", "shadow_ban"),
+                ("enabled", "on"),
+                ("intent", intent),
+            ])
+            .send()
+    };
+    let invalid = post("zero", "save").await.expect("post");
+    assert_eq!(invalid.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let page = invalid.text().await.expect("body");
+    assert!(
+        page.contains("id=\"limit-error\""),
+        "the error sits beside the limit field"
+    );
+
+    let backtest = post("1", "backtest").await.expect("post");
+    assert_eq!(backtest.status(), StatusCode::OK);
+    let page = backtest.text().await.expect("body");
+    assert!(
+        page.contains(
+            "<strong>1</strong> senders would have tripped it, and <strong>3</strong> invites"
+        ),
+        "{page}"
+    );
+
+    let saved = post("5", "save").await.expect("post");
+    assert_eq!(saved.status(), StatusCode::SEE_OTHER);
+    let limit: i64 = sqlx::query_scalar("SELECT limit_count FROM rules WHERE id = $1")
+        .bind(id)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("limit");
+    assert_eq!(limit, 5);
+    // The same form again carries the old version: refused.
+    let stale = post("6", "save").await.expect("post");
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+
+    let (_, audit) = stage.get(&browser, "/admin/audit?actor=alice").await;
+    assert!(audit.contains("rule_update") && audit.contains("alice"));
+    let (_, system) = stage.get(&browser, "/admin/audit?actor=system").await;
+    assert!(system.contains("shadow_ban") && !system.contains("rule_update"));
+    let (status, overview) = stage.get(&browser, "/admin").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(overview.contains("<svg") && overview.contains("senders awaiting review"));
+    stage.finish().await;
+}

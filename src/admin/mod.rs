@@ -2,6 +2,8 @@
 //! token in every state-changing form, and security headers on every response.
 
 pub mod accounts;
+mod overview;
+mod rules;
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -20,10 +22,10 @@ use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
 use crate::rules::Scope;
 use accounts::Session;
 
-type Time = chrono::DateTime<chrono::Utc>;
+pub(super) type Time = chrono::DateTime<chrono::Utc>;
 
 const COOKIE: &str = "sg_session";
-const PAGE: i64 = 25;
+pub(super) const PAGE: i64 = 25;
 /// Failed logins allowed per username and per client address in 15 minutes.
 const LOGIN_ATTEMPTS: u64 = 10;
 
@@ -36,7 +38,14 @@ pub struct AdminSettings {
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/admin", get(|| async { Redirect::to("/admin/queue") }))
+        .route("/admin", get(overview::overview))
+        .route("/admin/audit", get(overview::audit_log))
+        .route("/admin/rules", get(rules::list))
+        .route("/admin/rules/new", get(rules::new_form).post(rules::create))
+        .route(
+            "/admin/rules/{id}",
+            get(rules::edit_form).post(rules::update),
+        )
         .route("/admin/login", get(login_page).post(log_in))
         .route("/admin/logout", post(log_out))
         .route("/admin/queue", get(queue))
@@ -153,7 +162,7 @@ fn session_cookie(headers: &HeaderMap) -> Option<String> {
 }
 
 impl Admin {
-    fn check_csrf(&self, sent: &str) -> Result<(), AdminError> {
+    pub(super) fn check_csrf(&self, sent: &str) -> Result<(), AdminError> {
         if accounts::same_secret(&self.0.csrf_token, sent) {
             Ok(())
         } else {
@@ -339,7 +348,7 @@ struct QueuePage {
     notice: Option<String>,
 }
 
-fn time(t: Option<Time>) -> String {
+pub(super) fn time(t: Option<Time>) -> String {
     t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| "—".into())
 }
@@ -472,7 +481,7 @@ async fn apply_review(
     .await
 }
 
-fn urlencode(s: &str) -> String {
+pub(super) fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
@@ -544,7 +553,7 @@ struct SenderPage {
     error: Option<String>,
 }
 
-fn window(secs: i64) -> String {
+pub(super) fn window(secs: i64) -> String {
     match secs {
         s if s % 86_400 == 0 => format!("{} d", s / 86_400),
         s if s % 3600 == 0 => format!("{} h", s / 3600),

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::moderation::{self, Flag, SenderState};
-use crate::rules::{Action, Rule, RuleCache, Scope};
+use crate::rules::{Action, Rule, RuleCache, Subjects};
 pub use validate::{InvalidBody, ValidInvite};
 
 /// The status an invite is recorded with.
@@ -227,8 +227,15 @@ impl InviteService {
     async fn check_rules(&self, invite: &ValidInvite) -> Result<Vec<Checked>, InviteError> {
         let mut rules = Vec::new();
         let mut keys: Vec<LimitKey> = Vec::new();
+        let ip = invite.sender_ip.map(|ip| ip.to_string());
+        let of = Subjects {
+            sender_id: &invite.sender_id,
+            sender_ip: ip.as_deref(),
+            recipient: &invite.recipient,
+            recipient_domain: &invite.recipient_domain,
+        };
         for rule in self.rules.enabled() {
-            if let Some(subject) = subject(rule.scope, invite) {
+            if let Some(subject) = rule.scope.subject(&of) {
                 keys.push(self.keys.key(&subject, &rule.name, &rule.quota));
                 rules.push(rule);
             }
@@ -272,17 +279,6 @@ impl InviteService {
                 .await?;
         }
         Ok(took)
-    }
-}
-
-/// The subject a rule counts this invite under, if the rule applies.
-fn subject(scope: Scope, invite: &ValidInvite) -> Option<String> {
-    match scope {
-        Scope::Sender => Some(format!("sender:{}", invite.sender_id)),
-        Scope::Ip => invite.sender_ip.map(|ip| format!("ip:{ip}")),
-        Scope::Recipient => Some(format!("recipient:{}", invite.recipient)),
-        Scope::RecipientDomain => Some(format!("domain:{}", invite.recipient_domain)),
-        Scope::Global => Some("global".to_owned()),
     }
 }
 

@@ -94,38 +94,50 @@ pub async fn shadow_ban(
     .await?;
     audit(
         tx,
-        SYSTEM,
-        "shadow_ban",
-        Some(flag.sender_id),
-        serde_json::json!({
-            "rule": flag.rule_name,
-            "observed": flag.observed,
-            "limit": flag.limit,
-            "window_secs": flag.window_secs,
-        }),
-        None,
+        Entry {
+            actor: SYSTEM,
+            action: "shadow_ban",
+            sender_id: Some(flag.sender_id),
+            rule_id: Some(flag.rule_id),
+            detail: serde_json::json!({
+                "rule": flag.rule_name,
+                "observed": flag.observed,
+                "limit": flag.limit,
+                "window_secs": flag.window_secs,
+            }),
+            note: None,
+        },
     )
     .await?;
     Ok(true)
 }
 
+/// One line of the audit log: who did what to whom.
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub sender_id: Option<&'a str>,
+    pub rule_id: Option<i64>,
+    pub detail: Value,
+    pub note: Option<&'a str>,
+}
+
 /// Writes one audit entry in the caller's transaction.
 pub async fn audit(
     tx: &mut Transaction<'_, Postgres>,
-    actor: &str,
-    action: &str,
-    sender_id: Option<&str>,
-    detail: Value,
-    note: Option<&str>,
+    entry: Entry<'_>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO audit_log (actor, action, sender_id, detail, note) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO audit_log (actor, action, sender_id, rule_id, detail, note)
+         VALUES ($1, $2, $3, $4, $5, $6)",
     )
-    .bind(actor)
-    .bind(action)
-    .bind(sender_id)
-    .bind(detail)
-    .bind(note)
+    .bind(entry.actor)
+    .bind(entry.action)
+    .bind(entry.sender_id)
+    .bind(entry.rule_id)
+    .bind(entry.detail)
+    .bind(entry.note)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::{SenderState, audit};
+use super::{Entry, SenderState, audit};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
 use crate::rules::{RuleCache, Scope};
 
@@ -151,11 +151,14 @@ pub async fn apply(
     };
     audit(
         &mut tx,
-        review.actor,
-        review.action.as_str(),
-        Some(review.sender_id),
-        json!({"from": state, "to": new_state.as_str(), "invites": invites_changed}),
-        review.note,
+        Entry {
+            actor: review.actor,
+            action: review.action.as_str(),
+            sender_id: Some(review.sender_id),
+            rule_id: None,
+            detail: json!({"from": state, "to": new_state.as_str(), "invites": invites_changed}),
+            note: review.note,
+        },
     )
     .await?;
     let tripped: Vec<String> =

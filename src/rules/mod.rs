@@ -12,6 +12,8 @@ use sqlx::postgres::PgListener;
 
 use crate::limiter::{Algorithm, Quota};
 
+pub mod edit;
+
 /// What a rule counts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scope {
@@ -38,6 +40,27 @@ impl Scope {
             Scope::Recipient => "recipient",
             Scope::RecipientDomain => "recipient_domain",
             Scope::Global => "global",
+        }
+    }
+}
+
+/// What an invite can be counted by.
+pub struct Subjects<'a> {
+    pub sender_id: &'a str,
+    pub sender_ip: Option<&'a str>,
+    pub recipient: &'a str,
+    pub recipient_domain: &'a str,
+}
+
+impl Scope {
+    /// The subject a rule of this scope counts an invite under, if the rule applies to it.
+    pub fn subject(self, of: &Subjects<'_>) -> Option<String> {
+        match self {
+            Scope::Sender => Some(format!("sender:{}", of.sender_id)),
+            Scope::Ip => of.sender_ip.map(|ip| format!("ip:{ip}")),
+            Scope::Recipient => Some(format!("recipient:{}", of.recipient)),
+            Scope::RecipientDomain => Some(format!("domain:{}", of.recipient_domain)),
+            Scope::Global => Some("global".to_owned()),
         }
     }
 }
@@ -77,7 +100,7 @@ impl Action {
 
     /// Shadow-ban and monitor rules keep counting past the limit: a spammer who keeps going
     /// stays over, and a monitor shows the true volume.
-    fn counts_over_limit(self) -> bool {
+    pub fn counts_over_limit(self) -> bool {
         matches!(self, Action::ShadowBan | Action::Monitor)
     }
 }

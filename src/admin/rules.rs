@@ -1,0 +1,354 @@
+//! The rules pages: the list, and forms to create and edit a rule (errors beside each field,
+//! a backtest on the last 24 hours). Saved rules reach every instance through NOTIFY.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::{Admin, AdminError, window};
+use crate::AppState;
+use crate::limiter::{Algorithm, EdgeMode};
+use crate::rules::edit::{self, Backtest, FieldErrors, RuleInput, SaveError};
+use crate::rules::{Action, Scope};
+
+pub(super) struct RuleRow {
+    id: i64,
+    name: String,
+    scope: String,
+    limit: u64,
+    window: String,
+    algorithm: String,
+    edge: String,
+    action: String,
+    enabled: bool,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/rules.html")]
+pub(super) struct RulesPage {
+    admin: Option<String>,
+    csrf: String,
+    rules: Vec<RuleRow>,
+    notice: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct DoneQuery {
+    done: Option<String>,
+}
+
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Admin(session): Admin,
+    Query(q): Query<DoneQuery>,
+) -> Result<RulesPage, AdminError> {
+    let rules = crate::rules::load_all(&state.pool)
+        .await
+        .map_err(|e| AdminError::BadForm(e.to_string()))?;
+    Ok(RulesPage {
+        admin: Some(session.username),
+        csrf: session.csrf_token,
+        rules: rules
+            .into_iter()
+            .map(|r| {
+                let (algorithm, edge) = match r.quota.algorithm {
+                    Algorithm::HashCounters(EdgeMode::Harsh) => ("hash_counters", "harsh"),
+                    Algorithm::HashCounters(EdgeMode::Lenient) => ("hash_counters", "lenient"),
+                    Algorithm::HashCounters(EdgeMode::Weighted) => ("hash_counters", "weighted"),
+                    Algorithm::TokenBucket { strict: true } => ("token_bucket", "strict"),
+                    other => (algorithm_family(other), ""),
+                };
+                RuleRow {
+                    id: r.id,
+                    name: r.name,
+                    scope: r.scope.as_str().to_owned(),
+                    limit: r.quota.limit,
+                    window: window((r.quota.window_ms / 1000) as i64),
+                    algorithm: algorithm.to_owned(),
+                    edge: edge.to_owned(),
+                    action: r.action.as_str().to_owned(),
+                    enabled: r.enabled,
+                }
+            })
+            .collect(),
+        notice: q.done,
+    })
+}
+
+fn algorithm_family(a: Algorithm) -> &'static str {
+    match a {
+        Algorithm::HashCounters(_) => "hash_counters",
+        Algorithm::FixedWindow => "fixed_window",
+        Algorithm::SlidingWindow => "sliding_window",
+        Algorithm::TokenBucket { .. } => "token_bucket",
+        Algorithm::SlidingLog => "sliding_log",
+    }
+}
+
+/// The form's fields as they were typed.
+pub(super) struct FormView {
+    name: String,
+    scope: String,
+    limit: String,
+    window: String,
+    algorithm: String,
+    rule_action: String,
+    enabled: bool,
+    version: i64,
+    note: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/rule_form.html")]
+pub(super) struct RuleFormPage {
+    admin: Option<String>,
+    csrf: String,
+    id: Option<i64>,
+    action: String,
+    form: FormView,
+    errors: FieldErrors,
+    error: Option<String>,
+    scopes: Vec<&'static str>,
+    algorithms: Vec<String>,
+    actions: Vec<&'static str>,
+    backtest: Option<BacktestView>,
+}
+
+pub(super) struct BacktestView {
+    invites: usize,
+    tripped: usize,
+    over: usize,
+    subjects: &'static str,
+    truncated: bool,
+}
+
+fn backtest_view(b: Backtest, scope: Scope) -> BacktestView {
+    BacktestView {
+        invites: b.invites,
+        tripped: b.tripped,
+        over: b.over,
+        subjects: match scope {
+            Scope::Sender => "senders",
+            Scope::Ip => "addresses",
+            Scope::Recipient => "recipients",
+            Scope::RecipientDomain => "recipient domains",
+            Scope::Global => "global counters",
+        },
+        truncated: b.truncated,
+    }
+}
+
+fn page(
+    admin: &Admin,
+    id: Option<i64>,
+    form: FormView,
+    errors: FieldErrors,
+    error: Option<String>,
+    backtest: Option<BacktestView>,
+) -> RuleFormPage {
+    RuleFormPage {
+        admin: Some(admin.0.username.clone()),
+        csrf: admin.0.csrf_token.clone(),
+        action: match id {
+            Some(id) => format!("/admin/rules/{id}"),
+            None => "/admin/rules/new".into(),
+        },
+        id,
+        form,
+        errors,
+        error,
+        scopes: Scope::ALL.iter().map(|s| s.as_str()).collect(),
+        algorithms: Algorithm::ALL.iter().map(ToString::to_string).collect(),
+        actions: Action::ALL.iter().map(|a| a.as_str()).collect(),
+        backtest,
+    }
+}
+
+pub(super) async fn new_form(admin: Admin) -> RuleFormPage {
+    let form = FormView {
+        name: String::new(),
+        scope: "sender".into(),
+        limit: String::new(),
+        window: "3600".into(),
+        algorithm: "hash_counters".into(),
+        rule_action: "monitor".into(),
+        enabled: true,
+        version: 0,
+        note: String::new(),
+    };
+    page(&admin, None, form, FieldErrors::default(), None, None)
+}
+
+pub(super) async fn edit_form(
+    State(state): State<AppState>,
+    admin: Admin,
+    Path(id): Path<i64>,
+) -> Result<RuleFormPage, AdminError> {
+    let rules = crate::rules::load_all(&state.pool)
+        .await
+        .map_err(|e| AdminError::BadForm(e.to_string()))?;
+    let rule = rules
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| AdminError::NotFound(format!("No rule {id}.")))?;
+    let form = FormView {
+        name: rule.name,
+        scope: rule.scope.as_str().into(),
+        limit: rule.quota.limit.to_string(),
+        window: (rule.quota.window_ms / 1000).to_string(),
+        algorithm: rule.quota.algorithm.to_string(),
+        rule_action: rule.action.as_str().into(),
+        enabled: rule.enabled,
+        version: rule.version,
+        note: String::new(),
+    };
+    Ok(page(
+        &admin,
+        Some(id),
+        form,
+        FieldErrors::default(),
+        None,
+        None,
+    ))
+}
+
+#[derive(Deserialize)]
+pub(super) struct RuleForm {
+    csrf: String,
+    #[serde(default)]
+    version: i64,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    scope: String,
+    #[serde(default)]
+    limit: String,
+    #[serde(default)]
+    window: String,
+    #[serde(default)]
+    algorithm: String,
+    #[serde(default)]
+    rule_action: String,
+    enabled: Option<String>,
+    #[serde(default)]
+    note: String,
+    #[serde(default)]
+    intent: String,
+}
+
+pub(super) async fn create(
+    State(state): State<AppState>,
+    admin: Admin,
+    axum::Form(form): axum::Form<RuleForm>,
+) -> Result<Response, AdminError> {
+    submit(&state, admin, None, form).await
+}
+
+pub(super) async fn update(
+    State(state): State<AppState>,
+    admin: Admin,
+    Path(id): Path<i64>,
+    axum::Form(form): axum::Form<RuleForm>,
+) -> Result<Response, AdminError> {
+    submit(&state, admin, Some(id), form).await
+}
+
+async fn submit(
+    state: &AppState,
+    admin: Admin,
+    id: Option<i64>,
+    form: RuleForm,
+) -> Result<Response, AdminError> {
+    admin.check_csrf(&form.csrf)?;
+    // An edit keeps the rule's name, whatever the form says.
+    let name = match id {
+        Some(id) => sqlx::query_scalar("SELECT name FROM rules WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?
+            .ok_or_else(|| AdminError::NotFound(format!("No rule {id}.")))?,
+        None => form.name,
+    };
+    let input = RuleInput {
+        name: name.clone(),
+        scope: form.scope.clone(),
+        limit: form.limit.clone(),
+        window: form.window.clone(),
+        algorithm: form.algorithm.clone(),
+        action: form.rule_action.clone(),
+        enabled: form.enabled.is_some(),
+    };
+    let view = FormView {
+        name,
+        scope: form.scope,
+        limit: form.limit,
+        window: form.window,
+        algorithm: form.algorithm,
+        rule_action: form.rule_action,
+        enabled: input.enabled,
+        version: form.version,
+        note: form.note.clone(),
+    };
+    let rule = match edit::validate(&input) {
+        Ok(rule) => rule,
+        Err(errors) => {
+            let p = page(&admin, id, view, *errors, None, None);
+            return Ok((StatusCode::UNPROCESSABLE_ENTITY, p).into_response());
+        }
+    };
+    if form.intent == "backtest" {
+        let result = edit::backtest(&state.pool, &rule).await?;
+        let b = backtest_view(result, rule.scope);
+        return Ok(page(&admin, id, view, FieldErrors::default(), None, Some(b)).into_response());
+    }
+    let note = Some(form.note.trim()).filter(|n| !n.is_empty() && n.len() <= 500);
+    let saved = match id {
+        Some(id) => edit::update(
+            &state.pool,
+            id,
+            form.version,
+            &rule,
+            &admin.0.username,
+            note,
+        )
+        .await
+        .map(|()| id),
+        None => edit::create(&state.pool, &rule, &admin.0.username, note).await,
+    };
+    match saved {
+        Ok(_) => {
+            let notice = format!(
+                "Saved rule {}; every instance applies it within a second.",
+                rule.name
+            );
+            Ok(
+                Redirect::to(&format!("/admin/rules?done={}", super::urlencode(&notice)))
+                    .into_response(),
+            )
+        }
+        Err(SaveError::Db(e)) => Err(e.into()),
+        Err(SaveError::NotFound) => Err(AdminError::NotFound("No such rule.".into())),
+        Err(e @ SaveError::NameTaken(_)) => {
+            let errors = FieldErrors {
+                name: Some(e.to_string()),
+                ..FieldErrors::default()
+            };
+            let p = page(&admin, id, view, errors, None, None);
+            Ok((StatusCode::UNPROCESSABLE_ENTITY, p).into_response())
+        }
+        Err(e @ SaveError::Stale) => {
+            let p = page(
+                &admin,
+                id,
+                view,
+                FieldErrors::default(),
+                Some(e.to_string()),
+                None,
+            );
+            Ok((StatusCode::CONFLICT, p).into_response())
+        }
+    }
+}
