@@ -100,6 +100,8 @@ async fn limiter(cfg: &Config) -> Result<Limiter, StartError> {
 /// A running service: the API, the outbox worker and the rule watcher.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The one-time link to create the first admin, while none exists.
+    pub setup_url: Option<String>,
     stop: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     outbox: JoinHandle<()>,
@@ -150,8 +152,24 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         limiter,
         admin: admin::AdminSettings {
             secure_cookies: cfg.public_url.starts_with("https://"),
+            setup: admin::setup::SetupLink::default(),
         },
     };
+    let mut setup_url = None;
+    let admins = admin::accounts::any_exists(&pool)
+        .await
+        .map_err(db::DbError::from)?;
+    if !admins {
+        let url = format!(
+            "{}/admin/setup?token={}",
+            cfg.public_url.trim_end_matches('/'),
+            state.admin.setup.issue()
+        );
+        tracing::warn!(
+            "no admin exists yet: create the first one within an hour at {url} (or run `sendguard admin add NAME`)"
+        );
+        setup_url = Some(url);
+    }
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| StartError::Listen(cfg.listen, e))?;
@@ -173,6 +191,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     tracing::info!(%addr, "sendguard listening");
     Ok(Running {
         addr,
+        setup_url,
         stop,
         server,
         outbox,

@@ -397,3 +397,61 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
     assert!(overview.contains("<svg") && overview.contains("senders awaiting review"));
     stage.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_admin_is_created_through_the_one_time_link() {
+    let (db, pool) = migrated("dashsetup", &[]).await;
+    let app = sendguard::start(&config(&db, None)).await.expect("start");
+    let link = app
+        .setup_url
+        .clone()
+        .expect("a setup link while no admin exists");
+    let token = link.rsplit("token=").next().expect("token").to_owned();
+    let base = format!("http://{}", app.addr);
+    let browser = Stage::browser();
+    let status = browser
+        .get(format!("{base}/admin/setup?token={}", "0".repeat(64)))
+        .send()
+        .await
+        .expect("get")
+        .status();
+    assert_eq!(status, StatusCode::NOT_FOUND, "a wrong token shows nothing");
+    let page = browser
+        .get(format!("{base}/admin/setup?token={token}"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(page.status(), StatusCode::OK);
+    let form = |p2: &'static str| {
+        browser
+            .post(format!("{base}/admin/setup"))
+            .form(&[
+                ("token", token.as_str()),
+                ("username", "root"),
+                ("password", PASSWORD),
+                ("password2", p2),
+            ])
+            .send()
+    };
+    assert_eq!(
+        form("something else").await.expect("post").status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let created = form(PASSWORD).await.expect("post");
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    let overview = browser
+        .get(format!("{base}/admin"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(overview.status(), StatusCode::OK, "logged in right away");
+    let reuse = browser
+        .get(format!("{base}/admin/setup?token={token}"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(reuse.status(), StatusCode::NOT_FOUND, "the link works once");
+    app.shutdown().await;
+    pool.close().await;
+    db.drop_db().await;
+}

@@ -33,7 +33,7 @@ pub struct Session {
     pub csrf_token: String,
 }
 
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     hex::encode(bytes)

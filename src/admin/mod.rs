@@ -4,6 +4,7 @@
 pub mod accounts;
 mod overview;
 mod rules;
+pub mod setup;
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -34,6 +35,8 @@ const LOGIN_ATTEMPTS: u64 = 10;
 pub struct AdminSettings {
     /// Mark cookies `Secure` (the public URL is https).
     pub secure_cookies: bool,
+    /// The first-admin link, while no admin exists.
+    pub setup: setup::SetupLink,
 }
 
 pub fn router() -> Router<AppState> {
@@ -47,6 +50,7 @@ pub fn router() -> Router<AppState> {
             get(rules::edit_form).post(rules::update),
         )
         .route("/admin/login", get(login_page).post(log_in))
+        .route("/admin/setup", get(setup::form).post(setup::create))
         .route("/admin/logout", post(log_out))
         .route("/admin/queue", get(queue))
         .route("/admin/queue/confirm", post(confirm_selected))
@@ -171,7 +175,7 @@ impl Admin {
     }
 }
 
-fn cookie(value: &str, max_age: i64, secure: bool) -> HeaderValue {
+pub(super) fn cookie(value: &str, max_age: i64, secure: bool) -> HeaderValue {
     let secure = if secure { "; Secure" } else { "" };
     let text = format!(
         "{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"

@@ -1,0 +1,133 @@
+//! The first admin: while none exists, `serve` logs a one-time link, valid for an hour, to a
+//! page that creates one. Each instance has its own link; using any of them ends the setup.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::{AdminError, accounts, cookie};
+use crate::AppState;
+
+const VALID_FOR: Duration = Duration::from_secs(3600);
+
+/// The pending link of this instance, if any.
+#[derive(Clone, Default, Debug)]
+pub struct SetupLink {
+    pending: Arc<Mutex<Option<(String, Instant)>>>,
+}
+
+impl SetupLink {
+    /// Creates a fresh token and returns it.
+    pub fn issue(&self) -> String {
+        let token = accounts::random_hex();
+        *self.pending.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((token.clone(), Instant::now() + VALID_FOR));
+        token
+    }
+
+    fn valid(&self, token: &str) -> bool {
+        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending
+            .as_ref()
+            .is_some_and(|(t, until)| Instant::now() < *until && accounts::same_secret(t, token))
+    }
+
+    fn consume(&self) {
+        *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/setup.html")]
+pub(super) struct SetupPage {
+    admin: Option<String>,
+    csrf: String,
+    token: String,
+    username: String,
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct TokenQuery {
+    #[serde(default)]
+    token: String,
+}
+
+fn expired() -> AdminError {
+    AdminError::NotFound(
+        "This setup link is not valid (any more). Use `sendguard admin add`.".into(),
+    )
+}
+
+pub(super) async fn form(
+    State(state): State<AppState>,
+    Query(q): Query<TokenQuery>,
+) -> Result<SetupPage, AdminError> {
+    if !state.admin.setup.valid(&q.token) || accounts::any_exists(&state.pool).await? {
+        return Err(expired());
+    }
+    Ok(SetupPage {
+        admin: None,
+        csrf: String::new(),
+        token: q.token,
+        username: String::new(),
+        error: None,
+    })
+}
+
+#[derive(Deserialize)]
+pub(super) struct SetupForm {
+    token: String,
+    username: String,
+    password: String,
+    password2: String,
+}
+
+pub(super) async fn create(
+    State(state): State<AppState>,
+    axum::Form(form): axum::Form<SetupForm>,
+) -> Result<Response, AdminError> {
+    if !state.admin.setup.valid(&form.token) || accounts::any_exists(&state.pool).await? {
+        return Err(expired());
+    }
+    let again = |error: String| {
+        let page = SetupPage {
+            admin: None,
+            csrf: String::new(),
+            token: form.token.clone(),
+            username: form.username.clone(),
+            error: Some(error),
+        };
+        (StatusCode::UNPROCESSABLE_ENTITY, page).into_response()
+    };
+    if form.password != form.password2 {
+        return Ok(again("The two passwords differ.".into()));
+    }
+    match accounts::add(&state.pool, &form.username, &form.password).await {
+        Ok(()) => {}
+        Err(accounts::AccountError::Db(e)) => return Err(e.into()),
+        Err(e) => return Ok(again(e.to_string())),
+    }
+    state.admin.setup.consume();
+    tracing::info!(admin = %form.username, "first admin created");
+    let Ok(Some((token, _))) = accounts::log_in(&state.pool, &form.username, &form.password).await
+    else {
+        return Ok(Redirect::to("/admin/login").into_response());
+    };
+    let mut response = Redirect::to("/admin").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        cookie(
+            &token,
+            accounts::SESSION_HOURS * 3600,
+            state.admin.secure_cookies,
+        ),
+    );
+    Ok(response)
+}
