@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 pub mod app;
+pub mod browser;
 pub mod reference;
 pub mod smtp;
 

@@ -1,0 +1,175 @@
+//! The dashboard in a real browser (headless Chromium over WebDriver) against a running
+//! instance, Postgres, Redis and an SMTP server on 127.0.0.1. It also takes the screenshots in
+//! docs/screenshots/.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use support::app::{api_key, config, migrated, queued, wait_for};
+use support::browser::Browser;
+use support::smtp::SmtpSink;
+
+const PASSWORD: &str = "correct horse battery";
+
+fn shot(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/screenshots")
+        .join(format!("{name}.png"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
+    let (db, pool) = migrated("browser", &[]).await;
+    sendguard::admin::accounts::add(&pool, "alice", PASSWORD)
+        .await
+        .expect("admin");
+    let sink = SmtpSink::start().await;
+    let app = sendguard::start(&config(&db, Some(sink.url())))
+        .await
+        .expect("start");
+    let base = format!("http://{}", app.addr);
+    let key = api_key(&pool).await;
+    let api = reqwest::Client::new();
+    let invite = |sender: String, recipient: String| {
+        let request = api
+            .post(format!("{base}/api/v1/invites"))
+            .bearer_auth(&key)
+            .json(&json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}))
+            .send();
+        async move {
+            let resp = request.await.expect("invite");
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+    };
+    let settle = || async {
+        wait_for(Duration::from_secs(15), || async {
+            queued(&pool).await == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        sink.messages().len()
+    };
+    let b = Browser::start().await;
+
+    // Not logged in: sent to the login page.
+    b.goto(&format!("{base}/admin/queue")).await;
+    assert!(b.wait_for_url("/admin/login").await, "{}", b.url().await);
+    b.screenshot(&shot("login")).await;
+
+    // A wrong password, then the right one.
+    b.fill("#username", "alice").await;
+    b.fill("#password", "wrong password").await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_text("Wrong username or password").await);
+    b.fill("#password", PASSWORD).await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_url("/admin/queue").await, "{}", b.url().await);
+
+    // sender-hourly to 5 through the form; an invalid value first.
+    let rule_id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
+        .fetch_one(&pool)
+        .await
+        .expect("rule");
+    b.goto(&format!("{base}/admin/rules")).await;
+    b.screenshot(&shot("rules")).await;
+    b.click(&format!("a[href='/admin/rules/{rule_id}']")).await;
+    assert!(b.wait_for_text("Backtest on the last 24 hours").await);
+    b.fill("#limit", "five").await;
+    b.click("button[value='save']").await;
+    assert!(
+        b.wait_for_text("id=\"limit-error\"").await,
+        "the error shows beside the field"
+    );
+    b.screenshot(&shot("rule-edit-error")).await;
+    b.fill("#limit", "5").await;
+    b.click("button[value='save']").await;
+    assert!(
+        b.wait_for_url("/admin/rules?done=").await,
+        "{}",
+        b.url().await
+    );
+    // Every instance applies a saved rule within a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // A sender over it appears in the review queue.
+    for n in 0..7 {
+        invite("eager".into(), format!("e{n}@example.com")).await;
+    }
+    assert_eq!(settle().await, 5);
+    b.goto(&format!("{base}/admin/queue")).await;
+    assert!(b.wait_for_text("Review queue").await);
+    let page = b.source().await;
+    assert!(
+        page.contains("/admin/senders/eager") && page.contains("6 / 5"),
+        "{page}"
+    );
+    b.screenshot(&shot("queue")).await;
+
+    // Lift and release: the held invites reach the SMTP server.
+    b.click("a[href='/admin/senders/eager']").await;
+    assert!(b.wait_for_text("Live counters").await);
+    b.screenshot(&shot("sender")).await;
+    b.fill("#note", "a busy but real customer").await;
+    b.click("button[value='lift_and_release']").await;
+    assert!(
+        b.wait_for_text("Done: lift and release (2 held invite(s) changed).")
+            .await
+    );
+    assert_eq!(settle().await, 7);
+
+    // Another sender: confirm the ban; later invites are held and never delivered.
+    for n in 0..7 {
+        invite("spammy".into(), format!("s{n}@example.org")).await;
+    }
+    assert_eq!(settle().await, 12);
+    b.goto(&format!("{base}/admin/senders/spammy")).await;
+    b.click("button[value='confirm_ban']").await;
+    assert!(b.wait_for_text("Done: confirm ban").await);
+    for n in 7..10 {
+        invite("spammy".into(), format!("s{n}@example.org")).await;
+    }
+    assert_eq!(settle().await, 12, "nothing more from a confirmed spammer");
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'spammy' AND status = 'held'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("held");
+    assert_eq!(held, 3);
+
+    // A form posted with this browser's session but without the page's CSRF token: refused.
+    let session = b.cookie("sg_session").await.expect("session cookie");
+    let forged = reqwest::Client::new()
+        .post(format!("{base}/admin/senders/eager/review"))
+        .header("cookie", format!("sg_session={session}"))
+        .form(&[
+            ("csrf", "f".repeat(64).as_str()),
+            ("version", "1"),
+            ("action", "confirm_ban"),
+        ])
+        .send()
+        .await
+        .expect("forged post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+
+    // The audit log names the admin on every action.
+    b.goto(&format!("{base}/admin/audit?actor=alice")).await;
+    let page = b.source().await;
+    for action in ["rule_update", "lift_and_release", "confirm_ban"] {
+        assert!(page.contains(action), "{action} missing from the audit log");
+    }
+    b.screenshot(&shot("audit")).await;
+    b.goto(&format!("{base}/admin")).await;
+    assert!(b.wait_for_text("<svg").await);
+    b.screenshot(&shot("overview")).await;
+
+    b.close().await;
+    app.shutdown().await;
+    sink.stop();
+    pool.close().await;
+    db.drop_db().await;
+}
