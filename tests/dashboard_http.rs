@@ -56,10 +56,17 @@ impl Stage {
             .expect("client")
     }
 
+    /// Opens the login page (which sets the form's token cookie) and submits it.
     async fn log_in(&self, client: &reqwest::Client, password: &str) -> reqwest::Response {
+        let (_, page) = self.get(client, "/admin/login").await;
+        let csrf = hidden(&page, "csrf");
         client
             .post(format!("{}/admin/login", self.base))
-            .form(&[("username", "alice"), ("password", password)])
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("username", "alice"),
+                ("password", password),
+            ])
             .send()
             .await
             .expect("login")
@@ -123,6 +130,18 @@ async fn pages_need_a_login_and_a_wrong_password_is_refused() {
     let (status, page) = stage.get(&browser, "/admin/login").await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("<label for=\"password\">"));
+
+    let tokenless = browser
+        .post(format!("{}/admin/login", stage.base))
+        .form(&[("username", "alice"), ("password", PASSWORD)])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(
+        tokenless.status(),
+        StatusCode::FORBIDDEN,
+        "a login form needs its token"
+    );
 
     let wrong = stage.log_in(&browser, "not the password").await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);

@@ -153,16 +153,20 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
-fn session_cookie(headers: &HeaderMap) -> Option<String> {
+fn cookie_value(headers: &HeaderMap, wanted: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(name, _)| *name == wanted)
         .map(|(_, value)| value.to_owned())
         .filter(|v| v.len() == 64)
+}
+
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    cookie_value(headers, COOKIE)
 }
 
 impl Admin {
@@ -193,17 +197,48 @@ struct LoginPage {
     error: Option<String>,
 }
 
-async fn login_page() -> LoginPage {
-    LoginPage {
+/// Cookie of the login form's token: there is no session yet, so the form's token is checked
+/// against this cookie instead (the double-submit pattern).
+const LOGIN_COOKIE: &str = "sg_login";
+
+/// The login page with a fresh form token, also set as a short-lived cookie.
+fn login_form(
+    username: String,
+    error: Option<String>,
+    status: StatusCode,
+    secure: bool,
+) -> Response {
+    let token = accounts::random_hex();
+    let secure = if secure { "; Secure" } else { "" };
+    let cookie = format!(
+        "{LOGIN_COOKIE}={token}; Path=/admin/login; HttpOnly; SameSite=Strict; Max-Age=3600{secure}"
+    );
+    let page = LoginPage {
         admin: None,
-        csrf: String::new(),
-        username: String::new(),
-        error: None,
+        csrf: token,
+        username,
+        error,
+    };
+    let mut response = (status, page).into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, v);
     }
+    response
+}
+
+async fn login_page(State(state): State<AppState>) -> Response {
+    login_form(
+        String::new(),
+        None,
+        StatusCode::OK,
+        state.admin.secure_cookies,
+    )
 }
 
 #[derive(Deserialize)]
 struct LoginForm {
+    #[serde(default)]
+    csrf: String,
     username: String,
     password: String,
 }
@@ -228,8 +263,13 @@ fn login_checks(username: &str, client: &SocketAddr) -> (Quota, [String; 2]) {
 async fn log_in(
     State(state): State<AppState>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Result<Response, AdminError> {
+    let expected = cookie_value(&headers, LOGIN_COOKIE).unwrap_or_default();
+    if expected.is_empty() || !accounts::same_secret(&expected, &form.csrf) {
+        return Err(AdminError::Csrf);
+    }
     let (quota, subjects) = login_checks(&form.username, &client);
     let keys = subjects.map(|s| state.invites.keys.key(&s, "admin-login", &quota));
     let checks = |cost| -> Vec<Check<'_>> {
@@ -241,14 +281,9 @@ async fn log_in(
             })
             .collect()
     };
+    let secure = state.admin.secure_cookies;
     let refuse = |text: String, status: StatusCode| {
-        let page = LoginPage {
-            admin: None,
-            csrf: String::new(),
-            username: form.username.clone(),
-            error: Some(text),
-        };
-        (status, page).into_response()
+        login_form(form.username.clone(), Some(text), status, secure)
     };
     // A store that cannot count failures must not let guessing run unbounded: refuse.
     let Ok(counts) = state.limiter.check_batch(&checks(0), None).await else {
