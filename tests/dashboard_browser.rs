@@ -15,10 +15,15 @@ use support::smtp::SmtpSink;
 
 const PASSWORD: &str = "correct horse battery";
 
+/// Where a screenshot goes: docs/screenshots/ with SENDGUARD_SCREENSHOTS=1 (to refresh the
+/// README's pictures), a temporary folder otherwise.
 fn shot(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("docs/screenshots")
-        .join(format!("{name}.png"))
+    let dir = if std::env::var("SENDGUARD_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
+    } else {
+        std::env::temp_dir().join(format!("sendguard-screenshots-{}", std::process::id()))
+    };
+    dir.join(format!("{name}.png"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
