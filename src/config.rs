@@ -4,7 +4,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+
+/// What the API does when Redis cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisPolicy {
+    /// Record the invite as deferred and answer 200; check it against the rules, with its own
+    /// timestamp, once Redis answers again. Nothing is sent unchecked, nothing is lost.
+    Defer,
+    /// Send without counting.
+    Open,
+    /// Answer 503 with Retry-After.
+    Closed,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct Database {
@@ -29,6 +41,10 @@ pub struct Config {
     /// Prefix of every Redis key, so deployments sharing a Redis do not collide.
     #[arg(long, env = "SENDGUARD_KEY_PREFIX", default_value = "sg")]
     pub key_prefix: String,
+
+    /// What to do with an invite when Redis does not answer.
+    #[arg(long, env = "SENDGUARD_ON_REDIS_ERROR", value_enum, default_value_t = RedisPolicy::Defer)]
+    pub on_redis_error: RedisPolicy,
 
     /// Bound on every Redis call, in milliseconds.
     #[arg(long, env = "SENDGUARD_REDIS_TIMEOUT_MS", default_value_t = 500)]

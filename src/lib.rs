@@ -106,6 +106,7 @@ pub struct Running {
     server: JoinHandle<std::io::Result<()>>,
     outbox: JoinHandle<()>,
     watcher: JoinHandle<()>,
+    deferred: JoinHandle<()>,
 }
 
 impl Running {
@@ -117,6 +118,7 @@ impl Running {
         }
         let _ = self.outbox.await;
         self.watcher.abort();
+        self.deferred.abort();
     }
 }
 
@@ -147,6 +149,8 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
             rules: rules.clone(),
             keys,
             held_cap: cfg.held_cap,
+            on_redis_error: cfg.on_redis_error,
+            redis_down: Default::default(),
         },
         pool: pool.clone(),
         limiter,
@@ -176,6 +180,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     let addr = listener
         .local_addr()
         .map_err(|e| StartError::Listen(cfg.listen, e))?;
+    let deferred = state.invites.watch_deferred();
     let (stop, stopped) = watch::channel(false);
     let mut server_stop = stopped.clone();
     let server = tokio::spawn(async move {
@@ -188,6 +193,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     });
     let outbox = tokio::spawn(outbox.run(stopped));
     let watcher = rules.watch(pool);
+
     tracing::info!(%addr, "sendguard listening");
     Ok(Running {
         addr,
@@ -196,5 +202,6 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         server,
         outbox,
         watcher,
+        deferred,
     })
 }

@@ -45,6 +45,7 @@ impl From<InviteError> for ApiError {
     fn from(e: InviteError) -> Self {
         match e {
             InviteError::IdempotencyConflict => ApiError::Unprocessable(e.to_string()),
+            InviteError::Unavailable(reason) => ApiError::Unavailable(reason),
             // The invite was not recorded: say so, never 200.
             InviteError::Db(_) | InviteError::Limiter(_) => {
                 tracing::error!(error = %e, "invite not recorded");

@@ -4,11 +4,15 @@
 pub mod http;
 pub mod validate;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::config::RedisPolicy;
 use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::moderation::{self, Flag, SenderState};
 use crate::rules::{Action, Rule, RuleCache, Subjects};
@@ -20,6 +24,8 @@ pub enum Status {
     Queued,
     Held,
     Suppressed,
+    /// Redis could not be asked; checked later with the invite's own timestamp.
+    Deferred,
 }
 
 impl Status {
@@ -28,6 +34,7 @@ impl Status {
             Status::Queued => "queued",
             Status::Held => "held",
             Status::Suppressed => "suppressed",
+            Status::Deferred => "deferred",
         }
     }
 }
@@ -59,6 +66,8 @@ pub enum InviteError {
     Limiter(#[from] LimiterError),
     #[error("this Idempotency-Key was used with a different body")]
     IdempotencyConflict,
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// One request to send an invite.
@@ -77,6 +86,18 @@ pub struct InviteService {
     pub rules: RuleCache,
     pub keys: KeyPrefix,
     pub held_cap: i64,
+    pub on_redis_error: RedisPolicy,
+    /// Whether the last call to Redis failed: outages are logged once, not once per request.
+    pub redis_down: Arc<AtomicBool>,
+}
+
+/// What the rules say about one invite.
+struct Decided {
+    status: Status,
+    decision: serde_json::Value,
+    /// The shadow-ban rule it broke, to flag the sender with.
+    breach: Option<Checked>,
+    rejection: Option<Rejection>,
 }
 
 /// A rule checked for this invite, with its answer.
@@ -95,40 +116,19 @@ impl InviteService {
         }
         let invite = &sub.invite;
         let state = self.sender_state(&invite.sender_id).await?;
-
-        let (status, decision, breach) = if state == SenderState::Trusted {
-            (Status::Queued, json!({"reason": "trusted"}), None)
-        } else {
-            // Held senders go through the same checks as everyone: their answers must not come
-            // sooner (that would tell them they are banned), and their attempts keep counting.
-            let checked = self.check_rules(invite).await?;
-            let strongest = checked
-                .iter()
-                .filter(|c| !c.decision.allowed)
-                .map(|c| c.rule.action)
-                .max();
-            if strongest == Some(Action::Reject)
-                && let Some(r) = rejection(&checked)
-            {
-                return Ok(Outcome::Rejected(r));
-            }
-            if state.holds_invites() {
-                let mut record = decision_record(&checked, strongest);
-                record["reason"] = json!(format!("sender_{}", state.as_str()));
-                (Status::Held, record, None)
-            } else {
-                let status = match strongest {
-                    Some(Action::ShadowBan) => Status::Held,
-                    Some(Action::Suppress) => Status::Suppressed,
-                    _ => Status::Queued,
-                };
-                let record = decision_record(&checked, strongest);
-                let breach = checked
-                    .into_iter()
-                    .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan);
-                (status, record, breach)
-            }
+        let Decided {
+            status,
+            decision,
+            breach,
+            rejection,
+        } = match self.decide(invite, state, None).await {
+            Ok(decided) => decided,
+            Err(InviteError::Limiter(e)) => self.without_redis(&e)?,
+            Err(e) => return Err(e),
         };
+        if let Some(r) = rejection {
+            return Ok(Outcome::Rejected(r));
+        }
 
         let id = Uuid::new_v4();
         let mut tx = self.pool.begin().await?;
@@ -140,15 +140,7 @@ impl InviteService {
         .execute(&mut *tx)
         .await?;
         if let Some(b) = &breach {
-            let flag = Flag {
-                sender_id: &invite.sender_id,
-                rule_id: b.rule.id,
-                rule_name: &b.rule.name,
-                observed: b.decision.count as i64,
-                limit: b.rule.quota.limit as i64,
-                window_secs: (b.rule.quota.window_ms / 1000) as i64,
-            };
-            moderation::shadow_ban(&mut tx, &flag).await?;
+            flag(&mut tx, &invite.sender_id, b).await?;
         }
         if status == Status::Held && !self.take_held_slot(&mut tx, &invite.sender_id).await? {
             // Over the cap: counted with the sender, not stored. The caller still sees 200.
@@ -192,6 +184,170 @@ impl InviteService {
         Ok(Outcome::Accepted(id))
     }
 
+    /// The rules' verdict on an invite from a sender in `state`, at `at_ms` (now when `None`).
+    /// Held senders go through the same checks as everyone: their answers must not come sooner
+    /// (that would tell them they are banned), and their attempts keep counting.
+    async fn decide(
+        &self,
+        invite: &ValidInvite,
+        state: SenderState,
+        at_ms: Option<u64>,
+    ) -> Result<Decided, InviteError> {
+        if state == SenderState::Trusted {
+            return Ok(Decided {
+                status: Status::Queued,
+                decision: json!({"reason": "trusted"}),
+                breach: None,
+                rejection: None,
+            });
+        }
+        let checked = self.check_rules(invite, at_ms).await?;
+        let strongest = checked
+            .iter()
+            .filter(|c| !c.decision.allowed)
+            .map(|c| c.rule.action)
+            .max();
+        let mut decision = decision_record(&checked, strongest);
+        if strongest == Some(Action::Reject)
+            && let Some(r) = rejection(&checked)
+        {
+            return Ok(Decided {
+                status: Status::Suppressed,
+                decision,
+                breach: None,
+                rejection: Some(r),
+            });
+        }
+        if state.holds_invites() {
+            decision["reason"] = json!(format!("sender_{}", state.as_str()));
+            return Ok(Decided {
+                status: Status::Held,
+                decision,
+                breach: None,
+                rejection: None,
+            });
+        }
+        let status = match strongest {
+            Some(Action::ShadowBan) => Status::Held,
+            Some(Action::Suppress) => Status::Suppressed,
+            _ => Status::Queued,
+        };
+        let breach = checked
+            .into_iter()
+            .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan);
+        Ok(Decided {
+            status,
+            decision,
+            breach,
+            rejection: None,
+        })
+    }
+
+    /// What an invite becomes while Redis cannot be asked, by the configured policy.
+    fn without_redis(&self, error: &LimiterError) -> Result<Decided, InviteError> {
+        if !self.redis_down.swap(true, Ordering::Relaxed) {
+            tracing::error!(error = %error, policy = ?self.on_redis_error, "Redis unavailable");
+        }
+        let (status, reason) = match self.on_redis_error {
+            RedisPolicy::Closed => {
+                return Err(InviteError::Unavailable(
+                    "the rate limiter is unavailable".into(),
+                ));
+            }
+            RedisPolicy::Defer => (Status::Deferred, "redis_unavailable_deferred"),
+            RedisPolicy::Open => (Status::Queued, "redis_unavailable_sent_unchecked"),
+        };
+        Ok(Decided {
+            status,
+            decision: json!({"reason": reason}),
+            breach: None,
+            rejection: None,
+        })
+    }
+
+    /// Notes that Redis answered, ending an outage.
+    fn redis_answered(&self) {
+        if self.redis_down.swap(false, Ordering::Relaxed) {
+            tracing::info!("Redis answers again");
+        }
+    }
+
+    /// Checks deferred invites against the rules with their own timestamps, oldest first, a batch
+    /// at a time; returns how many were decided (0 while Redis still does not answer). A `reject`
+    /// verdict becomes `suppressed`: the caller was answered 200 long ago.
+    pub async fn recheck_deferred(&self) -> Result<usize, InviteError> {
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<DeferredRow> = sqlx::query_as(
+            "SELECT id, sender_id, recipient, recipient_domain, sender_ip, created_at FROM invites
+             WHERE status = 'deferred' ORDER BY created_at LIMIT 100 FOR UPDATE SKIP LOCKED",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut decided = 0;
+        for (id, sender_id, recipient, recipient_domain, sender_ip, created_at) in rows {
+            let invite = ValidInvite {
+                sender_ip: sender_ip.and_then(|ip| ip.parse().ok()),
+                sender_id,
+                recipient,
+                recipient_domain,
+                resource: None,
+                message: None,
+                sender_name: None,
+            };
+            let state = self.sender_state(&invite.sender_id).await?;
+            let at_ms = created_at.timestamp_millis().max(0) as u64;
+            let d = match self.decide(&invite, state, Some(at_ms)).await {
+                Ok(d) => d,
+                // Still down: what was decided so far is kept, the rest waits.
+                Err(InviteError::Limiter(_)) => break,
+                Err(e) => return Err(e),
+            };
+            if let Some(b) = &d.breach {
+                flag(&mut tx, &invite.sender_id, b).await?;
+            }
+            let mut decision = d.decision;
+            decision["deferred"] = json!(true);
+            sqlx::query(
+                "UPDATE invites SET status = $2, decision = $3,
+                     next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(d.status.as_str())
+            .bind(&decision)
+            .execute(&mut *tx)
+            .await?;
+            if d.status == Status::Held {
+                sqlx::query("UPDATE senders SET held_stored = held_stored + 1 WHERE id = $1")
+                    .bind(&invite.sender_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            decided += 1;
+        }
+        tx.commit().await?;
+        if decided > 0 {
+            tracing::info!(decided, "deferred invites checked");
+        }
+        Ok(decided)
+    }
+
+    /// Re-checks deferred invites every second until the task is dropped.
+    pub fn watch_deferred(&self) -> tokio::task::JoinHandle<()> {
+        let service = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                match service.recheck_deferred().await {
+                    // A full batch: there may be more at once.
+                    Ok(100) => continue,
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "re-checking deferred invites failed"),
+                }
+            }
+        })
+    }
+
     /// The first answer to an Idempotency-Key, if it was used before.
     async fn replay(
         &self,
@@ -224,7 +380,11 @@ impl InviteService {
     }
 
     /// Every enabled rule that applies, in one pipeline: all keys of a subject share a hash tag.
-    async fn check_rules(&self, invite: &ValidInvite) -> Result<Vec<Checked>, InviteError> {
+    async fn check_rules(
+        &self,
+        invite: &ValidInvite,
+        at_ms: Option<u64>,
+    ) -> Result<Vec<Checked>, InviteError> {
         let mut rules = Vec::new();
         let mut keys: Vec<LimitKey> = Vec::new();
         let ip = invite.sender_ip.map(|ip| ip.to_string());
@@ -249,7 +409,8 @@ impl InviteService {
                 cost: 1,
             })
             .collect();
-        let decisions = self.limiter.check_batch(&checks, None).await?;
+        let decisions = self.limiter.check_batch(&checks, at_ms).await?;
+        self.redis_answered();
         Ok(rules
             .into_iter()
             .zip(decisions)
@@ -281,6 +442,32 @@ impl InviteService {
         Ok(took)
     }
 }
+
+/// Flags the sender with the shadow-ban rule it broke, in the caller's transaction.
+async fn flag(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sender_id: &str,
+    breach: &Checked,
+) -> Result<(), sqlx::Error> {
+    let flag = Flag {
+        sender_id,
+        rule_id: breach.rule.id,
+        rule_name: &breach.rule.name,
+        observed: breach.decision.count as i64,
+        limit: breach.rule.quota.limit as i64,
+        window_secs: (breach.rule.quota.window_ms / 1000) as i64,
+    };
+    moderation::shadow_ban(tx, &flag).await.map(drop)
+}
+
+type DeferredRow = (
+    Uuid,
+    String,
+    String,
+    String,
+    Option<String>,
+    chrono::DateTime<chrono::Utc>,
+);
 
 /// Why an invite got its status: each rule checked, its count, limit and outcome.
 fn decision_record(checked: &[Checked], action: Option<Action>) -> serde_json::Value {

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sendguard::config::{Config, Database};
+use sendguard::config::{Config, Database, RedisPolicy};
 use sqlx::{Connection, PgConnection, PgPool};
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -55,6 +55,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
             database_url: db.url.clone(),
         },
         redis_url: super::redis_url(),
+        on_redis_error: RedisPolicy::Defer,
         key_prefix: super::unique_prefix("app").as_str().to_owned(),
         redis_timeout_ms: 1000,
         listen: "127.0.0.1:0".parse().expect("address"),
