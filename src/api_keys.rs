@@ -32,3 +32,28 @@ pub async fn verify(pool: &PgPool, key: &str) -> Result<Option<i64>, sqlx::Error
         .fetch_optional(pool)
         .await
 }
+
+/// Revokes the key named `name`; false when there is no live key of that name.
+pub async fn revoke(pool: &PgPool, name: &str) -> Result<bool, sqlx::Error> {
+    let revoked = sqlx::query(
+        "UPDATE api_keys SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL",
+    )
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(revoked.rows_affected() == 1)
+}
+
+/// A key as listed: never the key itself.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeyInfo {
+    pub name: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+pub async fn list(pool: &PgPool) -> Result<Vec<KeyInfo>, sqlx::Error> {
+    sqlx::query_as("SELECT name, created_at, revoked_at FROM api_keys ORDER BY created_at")
+        .fetch_all(pool)
+        .await
+}

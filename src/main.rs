@@ -45,6 +45,17 @@ enum ApiKeyCommand {
         #[command(flatten)]
         database: Database,
     },
+    /// Revoke a key: requests carrying it get 401 from then on.
+    Revoke {
+        name: String,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// List the keys (names and dates; the keys themselves are not stored).
+    List {
+        #[command(flatten)]
+        database: Database,
+    },
 }
 
 #[derive(Subcommand)]
@@ -114,6 +125,10 @@ async fn main() -> ExitCode {
         Command::ApiKey(ApiKeyCommand::Create { name, database }) => {
             create_api_key(&name, &database).await
         }
+        Command::ApiKey(ApiKeyCommand::Revoke { name, database }) => {
+            revoke_api_key(&name, &database).await
+        }
+        Command::ApiKey(ApiKeyCommand::List { database }) => list_api_keys(&database).await,
         Command::Admin(AdminCommand::Add { username, database }) => {
             add_admin(&username, &database).await
         }
@@ -208,6 +223,40 @@ async fn add_admin(username: &str, db: &Database) -> Result<(), Failure> {
     sendguard::admin::accounts::add(&pool, username, &password).await?;
     pool.close().await;
     println!("admin `{username}` added");
+    Ok(())
+}
+
+async fn revoke_api_key(name: &str, db: &Database) -> Result<(), Failure> {
+    let pool = sendguard::db::connect_and_migrate(&db.database_url).await?;
+    let revoked = sendguard::api_keys::revoke(&pool, name).await?;
+    pool.close().await;
+    if !revoked {
+        return Err(format!("no live API key named `{name}`").into());
+    }
+    println!("API key `{name}` revoked");
+    Ok(())
+}
+
+async fn list_api_keys(db: &Database) -> Result<(), Failure> {
+    let pool = sendguard::db::connect_and_migrate(&db.database_url).await?;
+    let keys = sendguard::api_keys::list(&pool).await?;
+    pool.close().await;
+    let rows: Vec<Vec<String>> = keys
+        .into_iter()
+        .map(|k| {
+            vec![
+                k.name,
+                k.created_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+                k.revoked_at
+                    .map(|t| format!("revoked {}", t.format("%Y-%m-%d %H:%M UTC")))
+                    .unwrap_or_else(|| "live".into()),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        simulate::to_table(&["name", "created", "state"], &rows)
+    );
     Ok(())
 }
 

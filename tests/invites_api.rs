@@ -424,6 +424,18 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
         .await
         .expect("request");
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    // A revoked key stops working at once.
+    let doomed = sendguard::api_keys::create(&pool, "doomed")
+        .await
+        .expect("key");
+    let with_key = |key: String| api.http.post(&url).bearer_auth(key).json(&ok).send();
+    assert!(
+        sendguard::api_keys::revoke(&pool, "doomed")
+            .await
+            .expect("revoke")
+    );
+    let resp = with_key(doomed).await.expect("request");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM invites")
         .fetch_one(&pool)
