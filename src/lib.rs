@@ -65,16 +65,19 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// 200 only when Postgres and the counters answer.
+/// 200 only when Postgres and the counters answer, each within a second (probes time out).
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    let pg = sqlx::query("SELECT 1").execute(&state.pool).await.is_ok();
+    let within = Duration::from_secs(1);
+    let pg = tokio::time::timeout(within, sqlx::query("SELECT 1").execute(&state.pool))
+        .await
+        .is_ok_and(|r| r.is_ok());
     let counters = match &state.limiter {
         Limiter::Redis(store) => {
             let mut conn = store.connection();
-            redis::cmd("PING")
-                .query_async::<String>(&mut conn)
+            let ping = redis::cmd("PING").query_async::<String>(&mut conn);
+            tokio::time::timeout(within, ping)
                 .await
-                .is_ok()
+                .is_ok_and(|r| r.is_ok())
         }
         Limiter::Memory(_) => true,
     };

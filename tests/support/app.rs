@@ -12,7 +12,7 @@ const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// A database of its own, created empty (the app migrates it).
 pub struct TestDb {
     pub url: String,
-    name: String,
+    pub name: String,
 }
 
 impl TestDb {

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod proxy;
 pub mod redis_server;
 pub mod reference;
 pub mod smtp;

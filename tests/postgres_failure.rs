@@ -1,0 +1,78 @@
+//! Postgres goes away under a running server and comes back.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use support::app::{api_key, config, migrated, wait_for};
+use support::proxy::Proxy;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
+    let (db, pool) = migrated("pgdown", &[]).await;
+    let key = api_key(&pool).await;
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
+    let mut cfg = config(&db, None);
+    cfg.database.database_url = format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
+    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-pgdown-{}", proxy.port));
+    let app = sendguard::start(&cfg).await.expect("start");
+    let base = format!("http://{}", app.addr);
+    let http = reqwest::Client::new();
+    let invite = |n: u32| {
+        http.post(format!("{base}/api/v1/invites"))
+            .bearer_auth(&key)
+            .json(&json!({"sender_id": "pg", "recipient": format!("p{n}@example.com")}))
+            .send()
+    };
+    assert_eq!(invite(0).await.expect("invite").status(), StatusCode::OK);
+
+    proxy.cut();
+    for n in 1..4 {
+        let resp = invite(n).await.expect("invite");
+        assert_eq!(
+            resp.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "never a 200 without the database"
+        );
+        assert!(resp.headers().contains_key("retry-after"));
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    }
+    let ready = http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The dashboard shows an error page, not a panic.
+    let page = http
+        .get(format!("{base}/admin/queue"))
+        .header("cookie", format!("sg_session={}", "a".repeat(64)))
+        .send()
+        .await
+        .expect("dashboard");
+    assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        page.text()
+            .await
+            .expect("body")
+            .contains("database is unavailable")
+    );
+
+    proxy.resume().await;
+    let back = wait_for(Duration::from_secs(15), || async {
+        invite(9).await.is_ok_and(|r| r.status() == StatusCode::OK)
+    })
+    .await;
+    assert!(back, "the service recovers by itself");
+    let recipients: Vec<String> =
+        sqlx::query_scalar("SELECT recipient FROM invites ORDER BY recipient")
+            .fetch_all(&pool)
+            .await
+            .expect("recipients");
+    assert_eq!(recipients, ["p0@example.com", "p9@example.com"]);
+    app.shutdown().await;
+    pool.close().await;
+    db.drop_db().await;
+}
