@@ -74,8 +74,8 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
     let counters = match &state.limiter {
         Limiter::Redis(store) => {
             let mut conn = store.connection();
-            let ping = redis::cmd("PING").query_async::<String>(&mut conn);
-            tokio::time::timeout(within, ping)
+            let cmd = redis::cmd("PING");
+            tokio::time::timeout(within, cmd.query_async::<String>(&mut conn))
                 .await
                 .is_ok_and(|r| r.is_ok())
         }
