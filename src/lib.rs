@@ -10,6 +10,7 @@ pub mod http;
 pub mod invites;
 pub mod limiter;
 pub mod mail;
+pub mod metrics;
 pub mod moderation;
 mod names;
 pub mod rules;
@@ -38,6 +39,7 @@ pub struct AppState {
     pub limiter: Limiter,
     pub invites: InviteService,
     pub admin: admin::AdminSettings,
+    pub metrics: metrics::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +63,54 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/invites", post(invites::http::create))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .route("/metrics", get(metrics_text))
         .merge(admin::router())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::observe,
+        ))
         .with_state(state)
+}
+
+/// Prometheus text: the process's counters and histograms, and gauges read from Postgres (left
+/// out while it does not answer).
+async fn metrics_text(State(state): State<AppState>) -> impl axum::response::IntoResponse {
+    let gauges: Option<(i64, f64, i64)> = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM invites WHERE status = 'queued'),
+                COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM invites
+                    WHERE status = 'queued'))::float8, 0),
+                (SELECT count(*) FROM senders WHERE state = 'shadow_banned')",
+    )
+    .fetch_one(&state.pool)
+    .await
+    .ok();
+    let gauges: Vec<(&str, &str, f64)> = match gauges {
+        Some((depth, oldest, awaiting)) => vec![
+            (
+                "sendguard_outbox_queue_depth",
+                "Invites waiting to be sent.",
+                depth as f64,
+            ),
+            (
+                "sendguard_outbox_oldest_seconds",
+                "Age of the oldest invite waiting to be sent.",
+                oldest,
+            ),
+            (
+                "sendguard_senders_awaiting_review",
+                "Shadow-banned senders waiting for a decision.",
+                awaiting as f64,
+            ),
+        ],
+        None => Vec::new(),
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        state.metrics.render(&gauges),
+    )
 }
 
 /// 200 only when Postgres and the counters answer, each within a second (probes time out).
@@ -132,9 +180,11 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     let limiter = limiter(cfg).await?;
     let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
     let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
+    let metrics = metrics::Metrics::default();
     let outbox = Outbox::new(
         pool.clone(),
         transport,
+        metrics.clone(),
         OutboxSettings {
             from: mail::parse_from(&cfg.mail_from)?,
             public_url: cfg.public_url.clone(),
@@ -146,7 +196,9 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         },
     );
     let state = AppState {
+        metrics: metrics.clone(),
         invites: InviteService {
+            metrics: metrics.clone(),
             pool: pool.clone(),
             limiter: limiter.clone(),
             rules: rules.clone(),

@@ -1,10 +1,13 @@
 //! Shared HTTP pieces: problem+json errors (every error maps to a response here, in one place)
 //! and the API-key extractor.
 
+use std::time::Instant;
+
 use axum::Json;
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -135,4 +138,37 @@ impl FromRequestParts<AppState> for ApiKey {
             .map(ApiKey)
             .ok_or(ApiError::Unauthorized)
     }
+}
+
+/// Times every request by route and status, and gives it an id: the caller's `x-request-id`
+/// when it sent a sane one, a new one otherwise, returned in the answer and on the log lines.
+pub async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 64
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let span = tracing::info_span!("request", id = %id, method = %request.method(), route = %route);
+    let mut response = tracing::Instrument::instrument(next.run(request), span).await;
+    state.metrics.observe(
+        "sendguard_http_request_seconds",
+        &[("route", &route), ("status", response.status().as_str())],
+        started.elapsed(),
+    );
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    response
 }

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::config::RedisPolicy;
 use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
+use crate::metrics::Metrics;
 use crate::moderation::{self, Flag, SenderState};
 use crate::rules::{Action, Rule, RuleCache, Subjects};
 pub use validate::{InvalidBody, ValidInvite};
@@ -29,7 +30,7 @@ pub enum Status {
 }
 
 impl Status {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Status::Queued => "queued",
             Status::Held => "held",
@@ -87,6 +88,7 @@ pub struct InviteService {
     pub keys: KeyPrefix,
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
+    pub metrics: Metrics,
     /// Whether the last call to Redis failed: outages are logged once, not once per request.
     pub redis_down: Arc<AtomicBool>,
 }
@@ -131,6 +133,36 @@ impl InviteService {
         }
 
         let id = Uuid::new_v4();
+        let started = std::time::Instant::now();
+        let recorded = self
+            .record(&sub, id, &request_hash, status, &decision, breach.as_ref())
+            .await;
+        match &recorded {
+            Ok(_) => {
+                self.metrics
+                    .observe("sendguard_postgres_seconds", &[], started.elapsed());
+                self.metrics
+                    .count("sendguard_invites_total", &[("status", status.as_str())]);
+            }
+            Err(InviteError::Db(_)) => self
+                .metrics
+                .count("sendguard_dependency_errors_total", &[("kind", "postgres")]),
+            Err(_) => {}
+        }
+        recorded
+    }
+
+    /// Writes the invite (and the flag of a breach) in one transaction.
+    async fn record(
+        &self,
+        sub: &Submission<'_>,
+        id: Uuid,
+        request_hash: &[u8],
+        status: Status,
+        decision: &serde_json::Value,
+        breach: Option<&Checked>,
+    ) -> Result<Outcome, InviteError> {
+        let invite = &sub.invite;
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO senders (id) VALUES ($1)
@@ -139,7 +171,7 @@ impl InviteService {
         .bind(&invite.sender_id)
         .execute(&mut *tx)
         .await?;
-        if let Some(b) = &breach {
+        if let Some(b) = breach {
             flag(&mut tx, &invite.sender_id, b).await?;
         }
         if status == Status::Held && !self.take_held_slot(&mut tx, &invite.sender_id).await? {
@@ -164,9 +196,9 @@ impl InviteService {
         .bind(&invite.message)
         .bind(&invite.sender_name)
         .bind(status.as_str())
-        .bind(&decision)
+        .bind(decision)
         .bind(sub.idempotency_key)
-        .bind(&request_hash)
+        .bind(request_hash)
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
@@ -174,7 +206,7 @@ impl InviteService {
             // The same Idempotency-Key raced in from another request: answer as it was answered.
             if let Some(key) = sub.idempotency_key
                 && is_unique_violation(&e)
-                && let Some(id) = self.replay(sub.api_key_id, key, &request_hash).await?
+                && let Some(id) = self.replay(sub.api_key_id, key, request_hash).await?
             {
                 return Ok(Outcome::Accepted(id));
             }
@@ -409,8 +441,29 @@ impl InviteService {
                 cost: 1,
             })
             .collect();
-        let decisions = self.limiter.check_batch(&checks, at_ms).await?;
+        let started = std::time::Instant::now();
+        let decisions = match self.limiter.check_batch(&checks, at_ms).await {
+            Ok(d) => d,
+            Err(e) => {
+                self.metrics
+                    .count("sendguard_dependency_errors_total", &[("kind", "redis")]);
+                return Err(e.into());
+            }
+        };
+        self.metrics
+            .observe("sendguard_redis_seconds", &[], started.elapsed());
         self.redis_answered();
+        for (rule, d) in rules.iter().zip(&decisions) {
+            let outcome = if d.allowed { "ok" } else { "exceeded" };
+            self.metrics.count(
+                "sendguard_decisions_total",
+                &[
+                    ("rule", rule.name.as_str()),
+                    ("action", rule.action.as_str()),
+                    ("outcome", outcome),
+                ],
+            );
+        }
         Ok(rules
             .into_iter()
             .zip(decisions)

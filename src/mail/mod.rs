@@ -14,6 +14,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::metrics::Metrics;
+
 #[derive(Debug, thiserror::Error)]
 pub enum MailError {
     #[error("invalid SENDGUARD_SMTP_URL: {0}")]
@@ -172,15 +174,22 @@ pub struct OutboxSettings {
 pub struct Outbox {
     pool: PgPool,
     transport: Transport,
+    metrics: Metrics,
     settings: OutboxSettings,
     worker_id: String,
 }
 
 impl Outbox {
-    pub fn new(pool: PgPool, transport: Transport, settings: OutboxSettings) -> Self {
+    pub fn new(
+        pool: PgPool,
+        transport: Transport,
+        metrics: Metrics,
+        settings: OutboxSettings,
+    ) -> Self {
         Outbox {
             pool,
             transport,
+            metrics,
             settings,
             worker_id: format!("{}-{}", std::process::id(), Uuid::new_v4().simple()),
         }
@@ -231,9 +240,15 @@ impl Outbox {
         for invite in claimed {
             let transport = self.transport.clone();
             let settings = self.settings.clone();
+            let metrics = self.metrics.clone();
             sends.spawn(async move {
                 let result = match render(&invite, &settings.from, &settings.public_url) {
-                    Ok(message) => transport.send(message).await,
+                    Ok(message) => {
+                        let started = std::time::Instant::now();
+                        let sent = transport.send(message).await;
+                        metrics.observe("sendguard_smtp_seconds", &[], started.elapsed());
+                        sent
+                    }
                     Err(e) => Err(e),
                 };
                 (invite, result)
@@ -255,6 +270,8 @@ impl Outbox {
     ) -> Result<(), sqlx::Error> {
         match result {
             Ok(()) => {
+                self.metrics
+                    .count("sendguard_invites_total", &[("status", "sent")]);
                 sqlx::query(
                     "UPDATE invites SET status = 'sent', sent_at = now(), attempts = attempts + 1,
                          last_error = NULL, next_attempt_at = NULL,
@@ -270,6 +287,13 @@ impl Outbox {
                 let attempts = invite.attempts + 1;
                 let give_up = e.is_permanent() || attempts >= self.settings.max_attempts;
                 let delay = backoff(self.settings.retry_base, attempts);
+                self.metrics.count("sendguard_smtp_failures_total", &[]);
+                self.metrics
+                    .count("sendguard_dependency_errors_total", &[("kind", "smtp")]);
+                if give_up {
+                    self.metrics
+                        .count("sendguard_invites_total", &[("status", "failed")]);
+                }
                 tracing::warn!(invite = %invite.id, attempts, give_up, error = %e, "delivery failed");
                 sqlx::query(
                     "UPDATE invites SET attempts = $3, last_error = $4,
