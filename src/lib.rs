@@ -40,7 +40,14 @@ pub struct AppState {
     pub invites: InviteService,
     pub admin: admin::AdminSettings,
     pub metrics: metrics::Metrics,
+    /// Permits for requests in flight.
+    pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Requests served at once; more are answered 503 at once.
+const MAX_IN_FLIGHT: usize = 1024;
+/// Largest body any route reads (the invite API bounds its own to 16 KiB).
+const MAX_BODY: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -60,16 +67,30 @@ pub enum StartError {
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/api/v1/invites", post(invites::http::create))
+        .route(
+            "/api/v1/invites",
+            post(invites::http::create).fallback(http::method_not_allowed),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics_text))
+        .route("/api/openapi.json", get(openapi))
         .merge(admin::router())
+        .fallback(http::not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             http::observe,
         ))
         .with_state(state)
+}
+
+/// The OpenAPI 3 description of the API as served.
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        include_str!("http/openapi.json"),
+    )
 }
 
 /// Prometheus text: the process's counters and histograms, and gauges read from Postgres (left
@@ -196,6 +217,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         },
     );
     let state = AppState {
+        in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         metrics: metrics.clone(),
         invites: InviteService {
             metrics: metrics.clone(),

@@ -33,6 +33,10 @@ pub enum ApiError {
     TooManyRequests(Rejection),
     #[error("temporarily unavailable: {0}")]
     Unavailable(String),
+    #[error("no such resource")]
+    NotFound,
+    #[error("this method is not allowed here")]
+    MethodNotAllowed,
 }
 
 impl From<InvalidBody> for ApiError {
@@ -79,6 +83,8 @@ impl IntoResponse for ApiError {
             }
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "Too many requests"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "Not found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
         };
         let mut body = json!({
             "type": "about:blank",
@@ -140,10 +146,18 @@ impl FromRequestParts<AppState> for ApiKey {
     }
 }
 
-/// Times every request by route and status, and gives it an id: the caller's `x-request-id`
+/// Bounds the requests in flight, times every request by route and status, and gives it an id: the caller's `x-request-id`
 /// when it sent a sane one, a new one otherwise, returned in the answer and on the log lines.
 pub async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
+    // Beyond the bound, shed load at once rather than queue without end.
+    let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
+        state
+            .metrics
+            .count("sendguard_dependency_errors_total", &[("kind", "overload")]);
+        return ApiError::Unavailable("too many requests in flight; retry shortly".into())
+            .into_response();
+    };
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -171,4 +185,18 @@ pub async fn observe(State(state): State<AppState>, request: Request, next: Next
         response.headers_mut().insert("x-request-id", v);
     }
     response
+}
+
+/// Unknown paths: a problem under /api/, a plain 404 elsewhere.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        ApiError::NotFound.into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "not found").into_response()
+    }
+}
+
+/// A known API path with a method it does not take.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }
