@@ -7,6 +7,7 @@ pub mod api_keys;
 pub mod config;
 pub mod db;
 pub mod http;
+pub mod incident;
 pub mod invites;
 pub mod limiter;
 pub mod mail;
@@ -227,7 +228,8 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
             keys,
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
-            redis_down: Default::default(),
+            redis: incident::Incident::new("redis"),
+            postgres: incident::Incident::new("postgres"),
         },
         pool: pool.clone(),
         limiter,

@@ -474,3 +474,28 @@ async fn the_first_admin_is_created_through_the_one_time_link() {
     pool.close().await;
     db.drop_db().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_is_shown_escaped() {
+    let stage = Stage::new("dashhostile").await;
+    let sender = "<script>alert(1)</script>";
+    for n in 0..4 {
+        stage.invite(sender, &format!("\"x{n}\"@example.com")).await;
+    }
+    stage.settle().await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let (status, page) = stage
+        .get(
+            &browser,
+            "/admin/senders/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for html in [&queue, &page] {
+        assert!(!html.contains("<script>"), "unescaped markup:\n{html}");
+        assert!(html.contains("&lt;script&gt;") || html.contains("&#60;script&#62;"));
+    }
+    stage.finish().await;
+}

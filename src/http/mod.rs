@@ -53,9 +53,10 @@ impl From<InviteError> for ApiError {
         match e {
             InviteError::IdempotencyConflict => ApiError::Unprocessable(e.to_string()),
             InviteError::Unavailable(reason) => ApiError::Unavailable(reason),
-            // The invite was not recorded: say so, never 200.
+            // The invite was not recorded: say so, never 200. The outage itself is logged
+            // once, where it is detected.
             InviteError::Db(_) | InviteError::Limiter(_) => {
-                tracing::error!(error = %e, "invite not recorded");
+                tracing::debug!(error = %e, "invite not recorded");
                 ApiError::Unavailable("the invite could not be recorded; retry later".into())
             }
         }
@@ -64,7 +65,7 @@ impl From<InviteError> for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        tracing::error!(error = %e, "database unavailable");
+        tracing::debug!(error = %e, "database unavailable");
         ApiError::Unavailable("the database is unavailable; retry later".into())
     }
 }

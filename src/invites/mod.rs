@@ -4,15 +4,13 @@
 pub mod http;
 pub mod validate;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::config::RedisPolicy;
+use crate::incident::Incident;
 use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::Metrics;
 use crate::moderation::{self, Flag, SenderState};
@@ -89,8 +87,9 @@ pub struct InviteService {
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
     pub metrics: Metrics,
-    /// Whether the last call to Redis failed: outages are logged once, not once per request.
-    pub redis_down: Arc<AtomicBool>,
+    /// Outages of each dependency, logged once each.
+    pub redis: Incident,
+    pub postgres: Incident,
 }
 
 /// What the rules say about one invite.
@@ -139,14 +138,17 @@ impl InviteService {
             .await;
         match &recorded {
             Ok(_) => {
+                self.postgres.recovered();
                 self.metrics
                     .observe("sendguard_postgres_seconds", &[], started.elapsed());
                 self.metrics
                     .count("sendguard_invites_total", &[("status", status.as_str())]);
             }
-            Err(InviteError::Db(_)) => self
-                .metrics
-                .count("sendguard_dependency_errors_total", &[("kind", "postgres")]),
+            Err(InviteError::Db(e)) => {
+                self.postgres.failed(e);
+                self.metrics
+                    .count("sendguard_dependency_errors_total", &[("kind", "postgres")]);
+            }
             Err(_) => {}
         }
         recorded
@@ -277,9 +279,7 @@ impl InviteService {
 
     /// What an invite becomes while Redis cannot be asked, by the configured policy.
     fn without_redis(&self, error: &LimiterError) -> Result<Decided, InviteError> {
-        if !self.redis_down.swap(true, Ordering::Relaxed) {
-            tracing::error!(error = %error, policy = ?self.on_redis_error, "Redis unavailable");
-        }
+        self.redis.failed(error);
         let (status, reason) = match self.on_redis_error {
             RedisPolicy::Closed => {
                 return Err(InviteError::Unavailable(
@@ -295,13 +295,6 @@ impl InviteService {
             breach: None,
             rejection: None,
         })
-    }
-
-    /// Notes that Redis answered, ending an outage.
-    fn redis_answered(&self) {
-        if self.redis_down.swap(false, Ordering::Relaxed) {
-            tracing::info!("Redis answers again");
-        }
     }
 
     /// Checks deferred invites against the rules with their own timestamps, oldest first, a batch
@@ -452,7 +445,7 @@ impl InviteService {
         };
         self.metrics
             .observe("sendguard_redis_seconds", &[], started.elapsed());
-        self.redis_answered();
+        self.redis.recovered();
         for (rule, d) in rules.iter().zip(&decisions) {
             let outcome = if d.allowed { "ok" } else { "exceeded" };
             self.metrics.count(

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::incident::Incident;
 use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +176,7 @@ pub struct Outbox {
     pool: PgPool,
     transport: Transport,
     metrics: Metrics,
+    smtp: Incident,
     settings: OutboxSettings,
     worker_id: String,
 }
@@ -190,6 +192,7 @@ impl Outbox {
             pool,
             transport,
             metrics,
+            smtp: Incident::new("smtp"),
             settings,
             worker_id: format!("{}-{}", std::process::id(), Uuid::new_v4().simple()),
         }
@@ -270,6 +273,7 @@ impl Outbox {
     ) -> Result<(), sqlx::Error> {
         match result {
             Ok(()) => {
+                self.smtp.recovered();
                 self.metrics
                     .count("sendguard_invites_total", &[("status", "sent")]);
                 sqlx::query(
@@ -294,7 +298,14 @@ impl Outbox {
                     self.metrics
                         .count("sendguard_invites_total", &[("status", "failed")]);
                 }
-                tracing::warn!(invite = %invite.id, attempts, give_up, error = %e, "delivery failed");
+                if !e.is_permanent() {
+                    self.smtp.failed(&e);
+                }
+                if give_up {
+                    tracing::warn!(invite = %invite.id, attempts, error = %e, "invite failed for good");
+                } else {
+                    tracing::debug!(invite = %invite.id, attempts, error = %e, "delivery failed");
+                }
                 sqlx::query(
                     "UPDATE invites SET attempts = $3, last_error = $4,
                          status = CASE WHEN $5 THEN 'failed' ELSE status END,
