@@ -53,6 +53,11 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// How long a client may take to send a request's headers, and an invite's body, in
+    /// milliseconds: a slow client cannot hold a connection forever.
+    #[arg(long, env = "SENDGUARD_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub read_timeout_ms: u64,
+
     /// SMTP server, e.g. smtp://127.0.0.1:2525 or smtps://user:pass@mail.example.com; unset
     /// writes each message as an .eml file into the mail directory.
     #[arg(long, env = "SENDGUARD_SMTP_URL")]

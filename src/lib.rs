@@ -43,6 +43,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// Permits for requests in flight.
     pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
+    /// How long a request body may take to arrive.
+    pub read_timeout: Duration,
 }
 
 /// Requests served at once; more are answered 503 at once.
@@ -195,6 +197,61 @@ impl Running {
     }
 }
 
+/// Serves HTTP/1 connections until `stop` turns true, then lets requests in flight finish (for
+/// at most 30 seconds). Unlike `axum::serve`, it bounds how long a client may take to send its
+/// headers, so a slow client cannot hold a connection forever.
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    read_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
+        };
+        let service = app
+            .clone()
+            .layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(Duration::from_secs(30)) => {
+            tracing::warn!("connections still open 30 s after shutdown began; closing");
+        }
+    }
+    Ok(())
+}
+
 /// Connects everything, applies migrations and starts serving on `cfg.listen`.
 pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     let pool = db::connect_and_migrate(&cfg.database.database_url).await?;
@@ -219,6 +276,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     );
     let state = AppState {
         in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+        read_timeout: Duration::from_millis(cfg.read_timeout_ms.max(1)),
         metrics: metrics.clone(),
         invites: InviteService {
             metrics: metrics.clone(),
@@ -261,15 +319,13 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         .map_err(|e| StartError::Listen(cfg.listen, e))?;
     let deferred = state.invites.watch_deferred();
     let (stop, stopped) = watch::channel(false);
-    let mut server_stop = stopped.clone();
-    let server = tokio::spawn(async move {
-        let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = server_stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
+    let read_timeout = state.read_timeout;
+    let server = tokio::spawn(serve_http(
+        listener,
+        router(state),
+        read_timeout,
+        stopped.clone(),
+    ));
     let outbox = tokio::spawn(outbox.run(stopped));
     let watcher = rules.watch(pool);
 

@@ -35,6 +35,8 @@ pub enum ApiError {
     Unavailable(String),
     #[error("no such resource")]
     NotFound,
+    #[error("the body did not arrive in time")]
+    Timeout,
     #[error("this method is not allowed here")]
     MethodNotAllowed,
 }
@@ -85,6 +87,7 @@ impl IntoResponse for ApiError {
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "Too many requests"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "Not found"),
+            ApiError::Timeout => (StatusCode::REQUEST_TIMEOUT, "Request timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
         };
         let mut body = json!({

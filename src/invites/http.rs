@@ -39,8 +39,9 @@ pub async fn create(
                 })?,
         ),
     };
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
+    let bytes = tokio::time::timeout(state.read_timeout, axum::body::to_bytes(body, MAX_BODY))
         .await
+        .map_err(|_| ApiError::Timeout)?
         .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
     let invite = validate::parse(&bytes)?;
     let outcome = state

@@ -59,6 +59,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         key_prefix: super::unique_prefix("app").as_str().to_owned(),
         redis_timeout_ms: 1000,
         listen: "127.0.0.1:0".parse().expect("address"),
+        read_timeout_ms: 10_000,
         smtp_url,
         mail_dir: std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id())),
         mail_from: "sendguard <no-reply@sendguard.test>".into(),
