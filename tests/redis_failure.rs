@@ -146,6 +146,16 @@ async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down()
     })
     .await;
     assert!(back, "the service recovers by itself");
+    let ready = http
+        .get(format!("http://{}/readyz", app.addr))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(
+        ready.status(),
+        StatusCode::OK,
+        "ready again once Redis answers"
+    );
     let recorded: Vec<String> =
         sqlx::query_scalar("SELECT recipient FROM invites ORDER BY recipient")
             .fetch_all(&pool)
