@@ -2,59 +2,21 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
 use support::app::{TestDb, api_key, migrated, queued, wait_for};
+use support::serve::ServeProcess;
 use support::smtp::SmtpSink;
 
-/// A `sendguard serve` process, killed when dropped.
-struct Instance {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-async fn spawn(db: &TestDb, prefix: &str, smtp_url: &str) -> Instance {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_sendguard"))
-        .arg("serve")
-        .env("DATABASE_URL", &db.url)
-        .env("REDIS_URL", support::redis_url())
-        .env("SENDGUARD_KEY_PREFIX", prefix)
-        .env("SENDGUARD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SENDGUARD_SMTP_URL", smtp_url)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sendguard serve");
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let up = wait_for(Duration::from_secs(30), || async {
-        http.get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-    })
-    .await;
-    assert!(up, "sendguard serve on port {port} did not become ready");
-    Instance { child, base }
+async fn spawn(db: &TestDb, prefix: &str, smtp_url: &str) -> ServeProcess {
+    ServeProcess::start(
+        &db.url,
+        prefix,
+        &[("SENDGUARD_SMTP_URL", smtp_url.to_owned())],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

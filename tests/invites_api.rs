@@ -498,10 +498,7 @@ async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
 async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
     let (db, pool) = migrated("smtpdown", &[]).await;
     // Reserve a port, then leave nothing listening on it.
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = support::free_port();
     let app = sendguard::start(&config(&db, Some(format!("smtp://127.0.0.1:{port}"))))
         .await
         .expect("start");

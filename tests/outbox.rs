@@ -24,10 +24,7 @@ async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
     let (db, pool) = migrated("giveup", &[]).await;
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = support::free_port();
     let mut cfg = config(&db, Some(format!("smtp://127.0.0.1:{port}")));
     cfg.mail_max_attempts = 2;
     cfg.mail_retry_base_ms = 50;

@@ -3,49 +3,29 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::app::{api_key, migrated, wait_for};
+use support::app::{api_key, migrated};
+use support::serve::ServeProcess;
 use tokio::sync::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_requests_in_flight_and_loses_no_accepted_invite() {
     let (db, pool) = migrated("sigterm", &[]).await;
     let key = api_key(&pool).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port");
-    let mail_dir = std::env::temp_dir().join(format!("sendguard-sigterm-{port}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sendguard"))
-        .arg("serve")
-        .env("DATABASE_URL", &db.url)
-        .env("REDIS_URL", support::redis_url())
-        .env(
-            "SENDGUARD_KEY_PREFIX",
-            support::unique_prefix("term").as_str(),
-        )
-        .env("SENDGUARD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SENDGUARD_MAIL_DIR", &mail_dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn serve");
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let up = wait_for(Duration::from_secs(30), || async {
-        http.get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == StatusCode::OK)
-    })
+    let mail_dir = std::env::temp_dir().join(format!("sendguard-sigterm-{}", std::process::id()));
+    let mut serve = ServeProcess::start(
+        &db.url,
+        support::unique_prefix("term").as_str(),
+        &[("SENDGUARD_MAIL_DIR", mail_dir.display().to_string())],
+    )
     .await;
-    assert!(up, "serve did not start");
+    let base = serve.base.clone();
+    let http = reqwest::Client::new();
 
     // Eight clients, each sending until the server stops answering (at most 100 each).
     let accepted = Arc::new(Mutex::new(Vec::new()));
@@ -72,7 +52,7 @@ async fn sigterm_finishes_requests_in_flight_and_loses_no_accepted_invite() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let signalled = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &serve.child.id().to_string()])
         .status()
         .expect("kill");
     assert!(signalled.success());
@@ -81,7 +61,7 @@ async fn sigterm_finishes_requests_in_flight_and_loses_no_accepted_invite() {
         client.await.expect("client");
     }
     let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = serve.child.try_wait().expect("wait") {
             break status;
         }
         assert!(

@@ -179,7 +179,17 @@ impl Admin {
     }
 }
 
-pub(super) fn cookie(value: &str, max_age: i64, secure: bool) -> HeaderValue {
+/// Sends a freshly logged-in admin to `to` with the session cookie.
+pub(super) fn logged_in(token: &str, to: &str, secure: bool) -> Response {
+    let mut response = Redirect::to(to).into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        cookie(token, accounts::SESSION_HOURS * 3600, secure),
+    );
+    response
+}
+
+fn cookie(value: &str, max_age: i64, secure: bool) -> HeaderValue {
     let secure = if secure { "; Secure" } else { "" };
     let text = format!(
         "{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
@@ -303,18 +313,11 @@ async fn log_in(
         ));
     }
     match accounts::log_in(&state.pool, &form.username, &form.password).await {
-        Ok(Some((token, _))) => {
-            let mut response = Redirect::to("/admin/queue").into_response();
-            response.headers_mut().insert(
-                header::SET_COOKIE,
-                cookie(
-                    &token,
-                    accounts::SESSION_HOURS * 3600,
-                    state.admin.secure_cookies,
-                ),
-            );
-            Ok(response)
-        }
+        Ok(Some((token, _))) => Ok(logged_in(
+            &token,
+            "/admin/queue",
+            state.admin.secure_cookies,
+        )),
         Ok(None) => {
             if let Err(e) = state.limiter.check_batch(&checks(1), None).await {
                 tracing::warn!(error = %e, "could not count a failed login");

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::{AdminError, accounts, cookie};
+use super::{AdminError, accounts, logged_in};
 use crate::AppState;
 
 const VALID_FOR: Duration = Duration::from_secs(3600);
@@ -120,14 +120,5 @@ pub(super) async fn create(
     else {
         return Ok(Redirect::to("/admin/login").into_response());
     };
-    let mut response = Redirect::to("/admin").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        cookie(
-            &token,
-            accounts::SESSION_HOURS * 3600,
-            state.admin.secure_cookies,
-        ),
-    );
-    Ok(response)
+    Ok(logged_in(&token, "/admin", state.admin.secure_cookies))
 }

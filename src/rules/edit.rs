@@ -109,6 +109,26 @@ pub enum SaveError {
     Db(#[from] sqlx::Error),
 }
 
+/// The audit entry of a rule saved by `actor`, with the rule as saved.
+async fn audit_rule(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    actor: &str,
+    action: &str,
+    id: i64,
+    rule: &ValidRule,
+    note: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let entry = Entry {
+        actor,
+        action,
+        sender_id: None,
+        rule_id: Some(id),
+        detail: detail(rule),
+        note,
+    };
+    audit(tx, entry).await
+}
+
 fn detail(rule: &ValidRule) -> serde_json::Value {
     json!({
         "name": rule.name,
@@ -142,15 +162,7 @@ pub async fn create(
     .fetch_optional(&mut *tx)
     .await?;
     let id = id.ok_or_else(|| SaveError::NameTaken(rule.name.clone()))?;
-    let entry = Entry {
-        actor,
-        action: "rule_create",
-        sender_id: None,
-        rule_id: Some(id),
-        detail: detail(rule),
-        note,
-    };
-    audit(&mut tx, entry).await?;
+    audit_rule(&mut tx, actor, "rule_create", id, rule, note).await?;
     tx.commit().await?;
     Ok(id)
 }
@@ -190,15 +202,7 @@ pub async fn update(
     .await?;
     let mut saved = rule.clone();
     saved.name = name;
-    let entry = Entry {
-        actor,
-        action: "rule_update",
-        sender_id: None,
-        rule_id: Some(id),
-        detail: detail(&saved),
-        note,
-    };
-    audit(&mut tx, entry).await?;
+    audit_rule(&mut tx, actor, "rule_update", id, &saved, note).await?;
     tx.commit().await?;
     Ok(())
 }

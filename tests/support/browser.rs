@@ -25,17 +25,10 @@ impl Drop for Browser {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 impl Browser {
     /// Starts chromedriver and a headless Chromium session with a fresh profile.
     pub async fn start() -> Browser {
-        let port = free_port();
+        let port = super::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

@@ -6,6 +6,7 @@ pub mod browser;
 pub mod proxy;
 pub mod redis_server;
 pub mod reference;
+pub mod serve;
 pub mod smtp;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,4 +60,12 @@ pub async fn query<T: redis::FromRedisValue>(store: &RedisStore, cmd: &redis::Cm
     cmd.query_async(&mut store.connection())
         .await
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }

@@ -15,10 +15,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let port = super::free_port();
         let proxy = Proxy {
             port,
             upstream,

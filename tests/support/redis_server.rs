@@ -10,10 +10,7 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub async fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
+        let port = super::free_port();
         let mut server = RedisServer { port, child: None };
         server.restart().await;
         server
