@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use support::app::{api_key, config, migrated, queued, wait_for};
+use support::app::{Stage, api_key};
 use support::browser::Browser;
-use support::smtp::SmtpSink;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -28,16 +27,13 @@ fn shot(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
-    let (db, pool) = migrated("browser", &[]).await;
-    sendguard::admin::accounts::add(&pool, "alice", PASSWORD)
+    let stage = Stage::start("browser", &[]).await;
+    let pool = &stage.pool;
+    sendguard::admin::accounts::add(pool, "alice", PASSWORD)
         .await
         .expect("admin");
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
-    let base = format!("http://{}", app.addr);
-    let key = api_key(&pool).await;
+    let base = stage.base();
+    let key = api_key(pool).await;
     let api = reqwest::Client::new();
     let invite = |sender: String, recipient: String| {
         let request = api
@@ -50,14 +46,7 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
             assert_eq!(resp.status(), StatusCode::OK);
         }
     };
-    let settle = || async {
-        wait_for(Duration::from_secs(15), || async {
-            queued(&pool).await == 0
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        sink.messages().len()
-    };
+    let settle = || stage.settle();
     let b = Browser::start().await;
 
     // Not logged in: sent to the login page.
@@ -76,7 +65,7 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
 
     // sender-hourly to 5 through the form; an invalid value first.
     let rule_id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("rule");
     b.goto(&format!("{base}/admin/rules")).await;
@@ -141,7 +130,7 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     let held: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM invites WHERE sender_id = 'spammy' AND status = 'held'",
     )
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await
     .expect("held");
     assert_eq!(held, 3);
@@ -173,8 +162,5 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     b.screenshot(&shot("overview")).await;
 
     b.close().await;
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }

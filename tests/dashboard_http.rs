@@ -3,47 +3,41 @@
 
 mod support;
 
-use std::time::Duration;
-
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::json;
-use sqlx::PgPool;
-use support::app::{TestDb, api_key, config, migrated, queued, wait_for};
-use support::smtp::SmtpSink;
+use support::app::{self as app, api_key, config, migrated};
 
 const PASSWORD: &str = "correct horse battery";
 
+/// A running instance with `sender-hourly` at 3 and an admin, and the API key to feed it.
 struct Stage {
-    db: TestDb,
-    pool: PgPool,
-    sink: SmtpSink,
-    app: sendguard::Running,
+    inner: app::Stage,
     base: String,
     key: String,
 }
 
+impl std::ops::Deref for Stage {
+    type Target = app::Stage;
+    fn deref(&self) -> &app::Stage {
+        &self.inner
+    }
+}
+
 impl Stage {
     async fn new(test: &str) -> Stage {
-        let (db, pool) = migrated(
+        let inner = app::Stage::start(
             test,
             &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
         )
         .await;
-        sendguard::admin::accounts::add(&pool, "alice", PASSWORD)
+        sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD)
             .await
             .expect("admin");
-        let sink = SmtpSink::start().await;
-        let app = sendguard::start(&config(&db, Some(sink.url())))
-            .await
-            .expect("start");
         Stage {
-            base: format!("http://{}", app.addr),
-            key: api_key(&pool).await,
-            db,
-            pool,
-            sink,
-            app,
+            base: inner.base(),
+            key: api_key(&inner.pool).await,
+            inner,
         }
     }
 
@@ -92,20 +86,8 @@ impl Stage {
         assert_eq!(resp.status(), StatusCode::OK);
     }
 
-    async fn settle(&self) -> usize {
-        wait_for(Duration::from_secs(15), || async {
-            queued(&self.pool).await == 0
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        self.sink.messages().len()
-    }
-
     async fn finish(self) {
-        self.app.shutdown().await;
-        self.sink.stop();
-        self.pool.close().await;
-        self.db.drop_db().await;
+        self.inner.finish().await;
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use support::app::{api_key, config, migrated, queued, wait_for};
+use support::app::{Stage, api_key, config, migrated, queued, wait_for};
 use support::smtp::SmtpSink;
 
 struct Api {
@@ -59,16 +59,13 @@ async fn status_counts(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
-    let (db, pool) = migrated(
+    let stage = Stage::start(
         "shadow",
         &["UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'"],
     )
     .await;
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
-    let api = Api::new(app.addr, &pool).await;
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    let api = Api::new(app.addr, pool).await;
 
     let mut answers = Vec::new();
     for n in 0..8 {
@@ -106,7 +103,7 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
     }
 
     assert_eq!(
-        delivered(&pool, &sink, 7).await,
+        delivered(pool, sink, 7).await,
         7,
         "five from the spammer, two from the friend"
     );
@@ -117,23 +114,23 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
         .count();
     assert_eq!(spam_delivered, 5);
     let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'spammer'")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("sender");
     assert_eq!(state, "shadow_banned");
     let (rule, observed, limit): (String, i64, i64) = sqlx::query_as(
         "SELECT rule_name, observed, limit_count FROM flags WHERE sender_id = 'spammer'",
     )
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await
     .expect("one flag");
     assert_eq!((rule.as_str(), observed, limit), ("sender-hourly", 6, 5));
     assert_eq!(
-        status_counts(&pool, "spammer").await,
+        status_counts(pool, "spammer").await,
         [("held".to_owned(), 3), ("sent".to_owned(), 5)]
     );
     assert_eq!(
-        status_counts(&pool, "friend").await,
+        status_counts(pool, "friend").await,
         [("sent".to_owned(), 2)]
     );
     // After the ban the sender's invites still went through the rules (same work, same timing)
@@ -144,53 +141,47 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
            AND r->>'rule' = 'sender-hourly'
          ORDER BY 1",
     )
-    .fetch_all(&pool)
+    .fetch_all(pool)
     .await
     .expect("decision records");
     assert_eq!(counts, [7, 8]);
     let audit: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM audit_log WHERE sender_id = 'spammer' AND actor = 'system' AND action = 'shadow_ban'",
     )
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await
     .expect("audit");
     assert_eq!(audit, 1);
 
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
-    let (db, pool) = migrated("suppress", &[]).await;
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
-    let api = Api::new(app.addr, &pool).await;
+    let stage = Stage::start("suppress", &[]).await;
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    let api = Api::new(app.addr, pool).await;
     for n in 0..4 {
         let resp = api
             .invite(json!({"sender_id": format!("s{n}"), "recipient": "popular@example.com"}))
             .await;
         assert_eq!(resp.status(), StatusCode::OK);
     }
-    assert_eq!(delivered(&pool, &sink, 3).await, 3);
+    assert_eq!(delivered(pool, sink, 3).await, 3);
     let suppressed: Vec<String> =
         sqlx::query_scalar("SELECT sender_id FROM invites WHERE status = 'suppressed'")
-            .fetch_all(&pool)
+            .fetch_all(pool)
             .await
             .expect("suppressed");
     assert_eq!(suppressed, ["s3"]);
     let flags: i64 = sqlx::query_scalar("SELECT count(*) FROM flags")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("flags");
     assert_eq!(flags, 0);
     let decision: Value =
         sqlx::query_scalar("SELECT decision FROM invites WHERE status = 'suppressed'")
-            .fetch_one(&pool)
+            .fetch_one(pool)
             .await
             .expect("decision");
     assert_eq!(decision["action"], "suppress");
@@ -203,24 +194,18 @@ async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
     assert_eq!(exceeded.len(), 1);
     assert_eq!(exceeded[0]["rule"], "recipient-daily");
     assert_eq!(exceeded[0]["count"], 3);
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reject_rule_answers_429_with_its_headers() {
-    let (db, pool) = migrated(
+    let stage = Stage::start(
         "reject",
         &["UPDATE rules SET limit_count = 2 WHERE name = 'ip-hourly'"],
     )
     .await;
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
-    let api = Api::new(app.addr, &pool).await;
+    let (pool, app) = (&stage.pool, &stage.app);
+    let api = Api::new(app.addr, pool).await;
     for n in 0..2 {
         let resp = api
             .invite(json!({"sender_id": format!("ip{n}"), "recipient": format!("x{n}@example.com"), "sender_ip": "203.0.113.9"}))
@@ -261,24 +246,18 @@ async fn a_reject_rule_answers_429_with_its_headers() {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE sender_id = 'ip2'")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("count");
     assert_eq!(recorded, 0, "a rejected invite is not recorded");
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
-    let (db, pool) = migrated("badinput", &[]).await;
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
-    let api = Api::new(app.addr, &pool).await;
+    let stage = Stage::start("badinput", &[]).await;
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    let api = Api::new(app.addr, pool).await;
     let url = format!("{}/api/v1/invites", api.base);
     let long = |n: usize| "x".repeat(n);
     let ok = json!({"sender_id": "u", "recipient": "a@example.com"});
@@ -426,12 +405,12 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
         .expect("request");
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     // A revoked key stops working at once.
-    let doomed = sendguard::api_keys::create(&pool, "doomed")
+    let doomed = sendguard::api_keys::create(pool, "doomed")
         .await
         .expect("key");
     let with_key = |key: String| api.http.post(&url).bearer_auth(key).json(&ok).send();
     assert!(
-        sendguard::api_keys::revoke(&pool, "doomed")
+        sendguard::api_keys::revoke(pool, "doomed")
             .await
             .expect("revoke")
     );
@@ -439,26 +418,20 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM invites")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("count");
     assert_eq!(recorded, 0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(sink.messages().is_empty());
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
-    let (db, pool) = migrated("idempotency", &[]).await;
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
-    let api = Api::new(app.addr, &pool).await;
+    let stage = Stage::start("idempotency", &[]).await;
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    let api = Api::new(app.addr, pool).await;
     let url = format!("{}/api/v1/invites", api.base);
     let body = json!({"sender_id": "u_idem", "recipient": "once@example.com"});
     let mut ids = Vec::new();
@@ -487,11 +460,8 @@ async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
         .await
         .expect("request");
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(delivered(&pool, &sink, 1).await, 1);
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    assert_eq!(delivered(pool, sink, 1).await, 1);
+    stage.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use support::app::{api_key, config, migrated, queued, wait_for};
-use support::smtp::SmtpSink;
+use support::app::{Stage, api_key, queued, wait_for};
 
 /// The value of one exact series in Prometheus text.
 fn series(text: &str, name: &str) -> Option<f64> {
@@ -17,17 +16,14 @@ fn series(text: &str, name: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_a_scripted_scenario() {
-    let (db, pool) = migrated(
+    let stage = Stage::start(
         "metrics",
         &["UPDATE rules SET limit_count = 2 WHERE name = 'sender-hourly'"],
     )
     .await;
-    let sink = SmtpSink::start().await;
-    let app = sendguard::start(&config(&db, Some(sink.url())))
-        .await
-        .expect("start");
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
     let base = format!("http://{}", app.addr);
-    let key = api_key(&pool).await;
+    let key = api_key(pool).await;
     let http = reqwest::Client::new();
     // Three invites from one sender (the third held), one bad request.
     for n in 0..3 {
@@ -58,7 +54,7 @@ async fn metrics_follow_a_scripted_scenario() {
         "a new id when none was sent"
     );
     wait_for(Duration::from_secs(10), || async {
-        queued(&pool).await == 0 && sink.messages().len() == 2
+        queued(pool).await == 0 && sink.messages().len() == 2
     })
     .await;
 
@@ -97,8 +93,5 @@ async fn metrics_follow_a_scripted_scenario() {
     );
     expect("sendguard_outbox_queue_depth", 0.0);
     expect("sendguard_senders_awaiting_review", 1.0);
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }

@@ -11,41 +11,39 @@ use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
 use sendguard::rules::RuleCache;
 use serde_json::json;
-use sqlx::PgPool;
-use support::app::{TestDb, api_key, config, migrated, queued, wait_for};
-use support::smtp::SmtpSink;
+use support::app::{self as app, api_key, queued, wait_for};
 
 /// A running instance with `sender-hourly` at 3, and what a reviewer needs to act on it.
 struct Stage {
-    db: TestDb,
-    pool: PgPool,
-    sink: SmtpSink,
-    app: sendguard::Running,
+    inner: app::Stage,
     key: String,
     limiter: Limiter,
     prefix: KeyPrefix,
     rules: RuleCache,
 }
 
+impl std::ops::Deref for Stage {
+    type Target = app::Stage;
+    fn deref(&self) -> &app::Stage {
+        &self.inner
+    }
+}
+
 impl Stage {
     async fn new(test: &str) -> Stage {
-        let (db, pool) = migrated(
+        let prefix = support::unique_prefix("moderation");
+        let inner = app::Stage::start_with(
             test,
             &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+            |cfg| cfg.key_prefix = prefix.as_str().to_owned(),
         )
         .await;
-        let sink = SmtpSink::start().await;
-        let cfg = config(&db, Some(sink.url()));
-        let app = sendguard::start(&cfg).await.expect("start");
         Stage {
-            key: api_key(&pool).await,
+            key: api_key(&inner.pool).await,
             limiter: Limiter::Redis(support::redis_store().await),
-            prefix: KeyPrefix::new(&cfg.key_prefix).expect("prefix"),
-            rules: RuleCache::load(&pool).await.expect("rules"),
-            db,
-            pool,
-            sink,
-            app,
+            rules: RuleCache::load(&inner.pool).await.expect("rules"),
+            prefix,
+            inner,
         }
     }
 
@@ -119,10 +117,7 @@ impl Stage {
     }
 
     async fn finish(self) {
-        self.app.shutdown().await;
-        self.sink.stop();
-        self.pool.close().await;
-        self.db.drop_db().await;
+        self.inner.finish().await;
     }
 }
 

@@ -117,3 +117,55 @@ pub async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
     }
     (db, pool)
 }
+
+/// A running instance on its own database, sending to its own SMTP sink.
+pub struct Stage {
+    pub db: TestDb,
+    pub pool: PgPool,
+    pub sink: super::smtp::SmtpSink,
+    pub app: sendguard::Running,
+}
+
+impl Stage {
+    /// `sql` is applied before the app starts (it loads the rules as `sql` left them).
+    pub async fn start(test: &str, sql: &[&str]) -> Stage {
+        Self::start_with(test, sql, |_| {}).await
+    }
+
+    /// As `start`, with the settings adjusted by `adjust` first.
+    pub async fn start_with(test: &str, sql: &[&str], adjust: impl FnOnce(&mut Config)) -> Stage {
+        let (db, pool) = migrated(test, sql).await;
+        let sink = super::smtp::SmtpSink::start().await;
+        let mut cfg = config(&db, Some(sink.url()));
+        adjust(&mut cfg);
+        let app = sendguard::start(&cfg).await.expect("start");
+        Stage {
+            db,
+            pool,
+            sink,
+            app,
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.app.addr)
+    }
+
+    /// Waits until the outbox has nothing left to send, and a little longer so a late extra
+    /// message would still be seen; returns how many messages the sink holds.
+    pub async fn settle(&self) -> usize {
+        wait_for(Duration::from_secs(15), || async {
+            queued(&self.pool).await == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.sink.messages().len()
+    }
+
+    pub async fn finish(self) {
+        self.app.shutdown().await;
+        self.sink.stop();
+        self.pool.close().await;
+        self.db.drop_db().await;
+    }
+}
