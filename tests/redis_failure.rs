@@ -7,9 +7,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use sendguard::config::RedisPolicy;
 use serde_json::json;
-use support::app::{api_key, config, migrated, queued, wait_for};
+use support::app::{Stage, api_key, queued, wait_for};
 use support::redis_server::RedisServer;
-use support::smtp::SmtpSink;
 
 async fn statuses(pool: &sqlx::PgPool) -> Vec<(String, i64)> {
     sqlx::query_as("SELECT status, count(*) FROM invites GROUP BY 1 ORDER BY 1")
@@ -25,18 +24,19 @@ fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_invites_are_checked_once_redis_returns() {
     let mut redis = RedisServer::start().await;
-    let (db, pool) = migrated(
+    let url = redis.url();
+    let stage = Stage::start_with(
         "deferred",
         &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        |cfg| {
+            cfg.redis_url = url;
+            cfg.redis_timeout_ms = 300;
+            cfg.on_redis_error = RedisPolicy::Defer;
+        },
     )
     .await;
-    let sink = SmtpSink::start().await;
-    let mut cfg = config(&db, Some(sink.url()));
-    cfg.redis_url = redis.url();
-    cfg.redis_timeout_ms = 300;
-    cfg.on_redis_error = RedisPolicy::Defer;
-    let app = sendguard::start(&cfg).await.expect("start");
-    let key = api_key(&pool).await;
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    let key = api_key(pool).await;
     let http = reqwest::Client::new();
     let invite = |n: u32| {
         http.post(format!("http://{}/api/v1/invites", app.addr))
@@ -58,7 +58,7 @@ async fn deferred_invites_are_checked_once_redis_returns() {
         assert_eq!(resp.status(), StatusCode::OK, "deferred, not refused");
     }
     assert_eq!(
-        statuses(&pool).await,
+        statuses(pool).await,
         counts(&[("deferred", 4), ("sent", 2)])
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -69,56 +69,54 @@ async fn deferred_invites_are_checked_once_redis_returns() {
     let checked = wait_for(Duration::from_secs(15), || async {
         let deferred: i64 =
             sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'deferred'")
-                .fetch_one(&pool)
+                .fetch_one(pool)
                 .await
                 .expect("deferred");
-        deferred == 0 && queued(&pool).await == 0
+        deferred == 0 && queued(pool).await == 0
     })
     .await;
     assert!(
         checked,
         "deferred invites were not checked: {:?}",
-        statuses(&pool).await
+        statuses(pool).await
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(statuses(&pool).await, counts(&[("held", 1), ("sent", 5)]));
+    assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 5)]));
     assert_eq!(sink.messages().len(), 5);
     let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'steady'")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("sender");
     assert_eq!(state, "shadow_banned");
     let marked: i64 =
         sqlx::query_scalar("SELECT count(*) FROM invites WHERE (decision->>'deferred')::boolean")
-            .fetch_one(&pool)
+            .fetch_one(pool)
             .await
             .expect("marked");
     assert_eq!(marked, 4, "each re-checked invite says it was deferred");
     // New invites are checked live again.
     assert_eq!(invite(6).await.expect("invite").status(), StatusCode::OK);
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'held'")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await
         .expect("held");
     assert_eq!(held, 2);
 
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down() {
     let mut redis = RedisServer::start().await;
-    let (db, pool) = migrated("closed", &[]).await;
-    let sink = SmtpSink::start().await;
-    let mut cfg = config(&db, Some(sink.url()));
-    cfg.redis_url = redis.url();
-    cfg.redis_timeout_ms = 300;
-    cfg.on_redis_error = RedisPolicy::Closed;
-    let app = sendguard::start(&cfg).await.expect("start");
-    let key = api_key(&pool).await;
+    let url = redis.url();
+    let stage = Stage::start_with("closed", &[], |cfg| {
+        cfg.redis_url = url;
+        cfg.redis_timeout_ms = 300;
+        cfg.on_redis_error = RedisPolicy::Closed;
+    })
+    .await;
+    let (pool, app) = (&stage.pool, &stage.app);
+    let key = api_key(pool).await;
     let http = reqwest::Client::new();
     let invite = |n: u32| {
         http.post(format!("http://{}/api/v1/invites", app.addr))
@@ -158,12 +156,9 @@ async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down()
     );
     let recorded: Vec<String> =
         sqlx::query_scalar("SELECT recipient FROM invites ORDER BY recipient")
-            .fetch_all(&pool)
+            .fetch_all(pool)
             .await
             .expect("recipients");
     assert_eq!(recorded, ["c0@example.com", "c9@example.com"]);
-    app.shutdown().await;
-    sink.stop();
-    pool.close().await;
-    db.drop_db().await;
+    stage.finish().await;
 }
