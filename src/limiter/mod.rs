@@ -6,6 +6,7 @@
 
 pub mod algorithms;
 pub mod bench;
+mod connection;
 mod keys;
 mod memory;
 mod redis_store;
@@ -15,6 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use connection::{RedisConnection, RedisTarget};
 pub use keys::{KeyPrefix, LimitKey};
 pub use memory::MemoryStore;
 pub use redis_store::{RedisSettings, RedisStore};
@@ -181,6 +183,8 @@ pub enum LimiterError {
     InvalidCost(u64),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("REDIS_URL: {0}")]
+    Config(String),
     #[error("unexpected reply from a limiter script: {0}")]
     BadReply(String),
 }
@@ -208,7 +212,8 @@ impl Limiter {
             .ok_or_else(|| LimiterError::BadReply("empty batch reply".into()))
     }
 
-    /// Several decisions in one round trip (one pipeline); answers in the order of `checks`.
+    /// Several decisions in one round trip (one pipeline, or concurrent commands on a cluster);
+    /// answers in the order of `checks`.
     pub async fn check_batch(
         &self,
         checks: &[Check<'_>],

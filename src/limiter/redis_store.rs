@@ -1,22 +1,24 @@
 //! The Redis store: one Lua script per decision, sent as EVALSHA.
 //!
-//! Scripts are loaded once when the store connects. A batch of decisions goes out as one pipeline;
-//! a decision answered NOSCRIPT (the server restarted or its script cache was flushed) is sent
-//! again as EVAL, which also reloads the script, so nothing is counted twice or lost.
+//! Scripts are loaded once when the store connects (on every node of a cluster). A batch of
+//! decisions goes out in one round trip; a decision answered NOSCRIPT (the server restarted, its
+//! script cache was flushed, or a slot moved to a node that never saw the script) is sent again as
+//! EVAL, which also loads the script there, so nothing is counted twice or lost. Every key of one
+//! decision carries the subject's hash tag, so a script never spans two cluster slots.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind};
 
-use super::{Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, Quota};
+use super::{Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, Quota, RedisConnection};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
 /// How the store reaches Redis.
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
+    /// A single server or a cluster ([`super::RedisTarget`]).
     pub url: String,
     /// Bound on every call: a slow Redis turns into an error instead of a stuck request.
     pub timeout: Duration,
@@ -92,19 +94,14 @@ impl Scripts {
 
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     scripts: Arc<Scripts>,
 }
 
 impl RedisStore {
     /// Connects and loads every script.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, LimiterError> {
-        let client = redis::Client::open(settings.url.as_str())?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.timeout))
-            .set_response_timeout(Some(settings.timeout))
-            .set_number_of_retries(1);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = RedisConnection::open(settings).await?;
         let store = RedisStore {
             conn,
             scripts: Arc::new(Scripts::new()),
@@ -114,18 +111,19 @@ impl RedisStore {
     }
 
     /// A connection for other commands (benchmarks, inspection in tests).
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConnection {
         self.conn.clone()
     }
 
     async fn load_scripts(&self) -> Result<(), LimiterError> {
-        let mut pipe = redis::pipe();
+        // One command at a time: a cluster sends SCRIPT LOAD to every node, not a pipeline.
         for script in self.scripts.all() {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(&script.source);
-        }
-        let shas: Vec<String> = pipe.query_async(&mut self.conn.clone()).await?;
-        for (script, sha) in self.scripts.all().iter().zip(&shas) {
-            if &script.sha != sha {
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&script.source)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            if script.sha != sha {
                 return Err(LimiterError::BadReply(format!(
                     "SCRIPT LOAD returned {sha}, expected {}",
                     script.sha
@@ -170,13 +168,11 @@ impl RedisStore {
         if let [check] = checks {
             return Ok(vec![self.check_one(check, at_ms).await?]);
         }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for check in checks {
-            pipe.add_command(self.command(check, at_ms, false));
-        }
-        let mut conn = self.conn.clone();
-        let mut replies: Vec<RedisResult<Vec<i64>>> = pipe.query_async(&mut conn).await?;
+        let cmds: Vec<Cmd> = checks
+            .iter()
+            .map(|check| self.command(check, at_ms, false))
+            .collect();
+        let mut replies = self.conn.send_all(&cmds).await?;
 
         let missing: Vec<usize> = replies
             .iter()
@@ -185,12 +181,11 @@ impl RedisStore {
             .map(|(n, _)| n)
             .collect();
         if !missing.is_empty() {
-            let mut again = redis::pipe();
-            again.ignore_errors();
-            for &n in &missing {
-                again.add_command(self.command(&checks[n], at_ms, true));
-            }
-            let retried: Vec<RedisResult<Vec<i64>>> = again.query_async(&mut conn).await?;
+            let again: Vec<Cmd> = missing
+                .iter()
+                .map(|&n| self.command(&checks[n], at_ms, true))
+                .collect();
+            let retried = self.conn.send_all(&again).await?;
             for (n, reply) in missing.into_iter().zip(retried) {
                 replies[n] = reply;
             }
@@ -199,7 +194,11 @@ impl RedisStore {
         checks
             .iter()
             .zip(replies)
-            .map(|(check, reply)| parse_reply(check.quota, reply?))
+            .map(|(check, reply)| {
+                let values: Vec<i64> = redis::from_redis_value(reply?)
+                    .map_err(|e| LimiterError::BadReply(e.to_string()))?;
+                parse_reply(check.quota, values)
+            })
             .collect()
     }
 
@@ -226,14 +225,19 @@ impl RedisStore {
     }
 
     pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
-        let mut pipe = redis::pipe();
+        let mut cmds = Vec::with_capacity(keys.len());
         for (key, quota) in keys {
-            pipe.del(key.as_str()).ignore();
+            let mut del = redis::cmd("DEL");
+            del.arg(key.as_str());
             if quota.algorithm == Algorithm::SlidingLog {
-                pipe.del(format!("{}:seq", key.as_str())).ignore();
+                // Same hash tag, same slot: one command.
+                del.arg(format!("{}:seq", key.as_str()));
             }
+            cmds.push(del);
         }
-        let () = pipe.query_async(&mut self.conn.clone()).await?;
+        for reply in self.conn.send_all(&cmds).await? {
+            reply?;
+        }
         Ok(())
     }
 }

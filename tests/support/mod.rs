@@ -4,6 +4,7 @@
 pub mod app;
 pub mod browser;
 pub mod proxy;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod reference;
 pub mod serve;
@@ -11,9 +12,10 @@ pub mod smtp;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sendguard::limiter::{KeyPrefix, RedisSettings, RedisStore};
+use sendguard::limiter::{KeyPrefix, RedisSettings, RedisStore, RedisTarget};
 
-/// The shared Redis of the test run (`scripts/test` makes sure it answers).
+/// The shared Redis of the test run (`scripts/test` makes sure it answers), or the cluster that
+/// `scripts/test` starts for its second pass.
 pub fn redis_url() -> String {
     std::env::var("SENDGUARD_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
@@ -31,19 +33,37 @@ pub fn unique_prefix(test: &str) -> KeyPrefix {
     KeyPrefix::new(&format!("sgtest-{test}-{}-{n}", std::process::id())).expect("valid prefix")
 }
 
-/// Every key under a prefix, via SCAN.
+/// Every key under a prefix, via SCAN on the server or on every node of the cluster.
 pub async fn keys_under(store: &RedisStore, prefix: &KeyPrefix) -> Vec<String> {
-    let mut conn = store.connection();
+    let pattern = format!("{}:*", prefix.as_str());
+    match RedisTarget::parse(&redis_url()).expect("test Redis URL") {
+        RedisTarget::Single(_) => scan(&mut store.connection(), &pattern).await,
+        RedisTarget::Cluster(nodes) => {
+            let mut found = Vec::new();
+            for node in nodes {
+                let client = redis::Client::open(node.as_str()).expect("node URL");
+                let mut conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("cluster node");
+                found.extend(scan(&mut conn, &pattern).await);
+            }
+            found
+        }
+    }
+}
+
+async fn scan(conn: &mut impl redis::aio::ConnectionLike, pattern: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;
     for _ in 0..100_000 {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{}:*", prefix.as_str()))
+            .arg(pattern)
             .arg("COUNT")
             .arg(1000)
-            .query_async(&mut conn)
+            .query_async(conn)
             .await
             .expect("SCAN");
         found.extend(keys);
