@@ -4,9 +4,9 @@
 mod support;
 
 use reqwest::StatusCode;
-use reqwest::redirect::Policy;
 use serde_json::json;
 use support::app::{self as app, api_key, config, migrated};
+use support::dashboard::{self, hidden};
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -41,29 +41,12 @@ impl Stage {
         }
     }
 
-    /// A browser-like client: keeps cookies, does not follow redirects (so tests see them).
     fn browser() -> reqwest::Client {
-        reqwest::Client::builder()
-            .cookie_store(true)
-            .redirect(Policy::none())
-            .build()
-            .expect("client")
+        dashboard::client()
     }
 
-    /// Opens the login page (which sets the form's token cookie) and submits it.
     async fn log_in(&self, client: &reqwest::Client, password: &str) -> reqwest::Response {
-        let (_, page) = self.get(client, "/admin/login").await;
-        let csrf = hidden(&page, "csrf");
-        client
-            .post(format!("{}/admin/login", self.base))
-            .form(&[
-                ("csrf", csrf.as_str()),
-                ("username", "alice"),
-                ("password", password),
-            ])
-            .send()
-            .await
-            .expect("login")
+        dashboard::log_in(client, &self.base, "alice", password).await
     }
 
     async fn get(&self, client: &reqwest::Client, path: &str) -> (StatusCode, String) {
@@ -89,13 +72,6 @@ impl Stage {
     async fn finish(self) {
         self.inner.finish().await;
     }
-}
-
-/// The value of the first hidden input named `name` in a page.
-fn hidden(html: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = html.find(&marker).map(|i| i + marker.len()).expect(name);
-    html[start..].split('"').next().expect("value").to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

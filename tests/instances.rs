@@ -1,12 +1,13 @@
-//! Several instances on one database and one Redis: the `sendguard serve` binary, twice.
+//! Several instances on one database and one Redis: the `sendguard serve` binary as processes.
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::json;
 use support::app::{TestDb, api_key, migrated, queued, wait_for};
+use support::dashboard;
 use support::serve::ServeProcess;
 use support::smtp::SmtpSink;
 
@@ -14,45 +15,182 @@ async fn spawn(db: &TestDb, prefix: &str, smtp_url: &str) -> ServeProcess {
     ServeProcess::start(
         &db.url,
         prefix,
-        &[("SENDGUARD_SMTP_URL", smtp_url.to_owned())],
+        &[
+            ("SENDGUARD_SMTP_URL", smtp_url.to_owned()),
+            // A dead instance's claims come free quickly.
+            ("SENDGUARD_MAIL_LEASE_SECS", "2".to_owned()),
+        ],
     )
     .await
 }
 
+/// An SMTP address that accepts connections and never says a word: an instance sending there
+/// keeps the invites it claimed until it dies.
+fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("smtp://{}", listener.local_addr().expect("address"));
+    listener.set_nonblocking(true).expect("nonblocking");
+    let task = tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (url, task)
+}
+
+struct Client {
+    http: reqwest::Client,
+    key: String,
+}
+
+impl Client {
+    /// Sends one invite; answers its status and, on 200, its id.
+    async fn invite(&self, base: &str, body: serde_json::Value) -> (StatusCode, Option<String>) {
+        let resp = self
+            .http
+            .post(format!("{base}/api/v1/invites"))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status();
+        let body: serde_json::Value = resp.json().await.unwrap_or_default();
+        (status, body["id"].as_str().map(str::to_owned))
+    }
+}
+
+/// Three `serve` processes on one database and one Redis: a rule changed in one dashboard is in
+/// force on all three within two seconds; the combined count of a rule equals its limit; an
+/// instance killed with invites in hand loses none of them, and none is delivered twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_instances_share_the_limit_and_deliver_each_invite_once() {
+async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() {
     let (db, pool) = migrated(
-        "twoinst",
+        "threeinst",
         &["UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'"],
     )
     .await;
+    sendguard::admin::accounts::add(&pool, "alice", "correct horse battery")
+        .await
+        .expect("admin");
     let sink = SmtpSink::start().await;
+    let (stalled_smtp, hole) = black_hole();
     let prefix = support::unique_prefix("inst");
-    let instances = [
+    let mut instances = vec![
         spawn(&db, prefix.as_str(), &sink.url()).await,
         spawn(&db, prefix.as_str(), &sink.url()).await,
+        spawn(&db, prefix.as_str(), &stalled_smtp).await,
     ];
-    let key = api_key(&pool).await;
-    let http = reqwest::Client::new();
-    // Twelve invites from one sender, alternating instances, to twelve recipients; and eight
-    // from eight different senders, none over any limit.
-    for n in 0..20 {
-        let sender = if n < 12 {
+    let bases: Vec<String> = instances.iter().map(|i| i.base.clone()).collect();
+    let client = Client {
+        http: reqwest::Client::new(),
+        key: api_key(&pool).await,
+    };
+
+    // A rule changed through the first instance's dashboard...
+    let admin = dashboard::client();
+    let login = dashboard::log_in(&admin, &bases[0], "alice", "correct horse battery").await;
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'ip-hourly'")
+        .fetch_one(&pool)
+        .await
+        .expect("rule id");
+    let form_url = format!("{}/admin/rules/{id}", bases[0]);
+    let form = admin.get(&form_url).send().await.expect("form");
+    let form = form.text().await.expect("form body");
+    let saved = admin
+        .post(&form_url)
+        .form(&[
+            ("csrf", dashboard::hidden(&form, "csrf").as_str()),
+            ("version", dashboard::hidden(&form, "version").as_str()),
+            ("scope", "ip"),
+            ("limit", "1"),
+            ("window", "3600"),
+            ("algorithm", "hash_counters"),
+            ("rule_action", "reject"),
+            ("enabled", "on"),
+            ("intent", "save"),
+        ])
+        .send()
+        .await
+        .expect("save rule");
+    assert_eq!(saved.status(), StatusCode::SEE_OTHER);
+    let changed_at = Instant::now();
+    // ...is in force on every instance within two seconds: a second invite from one address
+    // is refused (the first may pass, under either limit).
+    for (n, base) in bases.iter().enumerate() {
+        let mut tries = 0;
+        let in_force = wait_for(Duration::from_millis(2000).saturating_sub(changed_at.elapsed()), || {
+            tries += 1;
+            let body = json!({"sender_id": format!("probe{n}"), "recipient": format!("probe{n}-{tries}@example.net"), "sender_ip": format!("198.51.100.{n}")});
+            let sent = client.invite(base, body);
+            async move { sent.await.0 == StatusCode::TOO_MANY_REQUESTS }
+        })
+        .await;
+        assert!(
+            in_force,
+            "instance {n}: not in force {:?} after the save",
+            changed_at.elapsed()
+        );
+    }
+
+    // Thirty invites round-robin: fifteen from one sender (limit 5), fifteen from calm senders.
+    let mut accepted = Vec::new();
+    for n in 0..30 {
+        let sender = if n % 2 == 0 {
             "busy".to_owned()
         } else {
             format!("calm{n}")
         };
-        let resp = http
-            .post(format!("{}/api/v1/invites", instances[n % 2].base))
-            .bearer_auth(&key)
-            .json(&json!({"sender_id": sender, "recipient": format!("p{n}@example.com")}))
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(resp.status(), StatusCode::OK);
+        let body = json!({"sender_id": sender, "recipient": format!("p{n}@example.com")});
+        let (status, id) = client.invite(&bases[n % 3], body).await;
+        assert_eq!(status, StatusCode::OK);
+        accepted.push(id.expect("an id"));
     }
-    wait_for(Duration::from_secs(20), || async {
-        queued(&pool).await == 0 && sink.messages().len() >= 13
+    // The third instance claims invites it can never send...
+    let third = format!("{}-%", instances[2].child.id());
+    let claimed_by_third = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT id::text FROM invites WHERE status = 'queued' AND claimed_by LIKE $1",
+        )
+        .bind(&third)
+        .fetch_all(&pool)
+        .await
+        .expect("claims")
+    };
+    let claimed = wait_for(Duration::from_secs(10), || async {
+        !claimed_by_third().await.is_empty()
+    })
+    .await;
+    assert!(
+        claimed,
+        "the third instance claimed nothing: the kill would test nothing"
+    );
+    // ...and is killed with them in hand, while traffic goes on at the other two.
+    let orphans = claimed_by_third().await;
+    instances[2].child.kill().expect("SIGKILL");
+    instances[2].child.wait().expect("reaped");
+    for n in 30..40 {
+        let body =
+            json!({"sender_id": format!("late{n}"), "recipient": format!("p{n}@example.com")});
+        let (status, id) = client.invite(&bases[n % 2], body).await;
+        assert_eq!(status, StatusCode::OK);
+        accepted.push(id.expect("an id"));
+    }
+
+    // Five from the busy sender, fifteen calm, ten late, the probes' first invites; each once.
+    let probes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites
+         WHERE sender_id LIKE 'probe%' AND status IN ('queued', 'sent')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("probes");
+    let expected = 5 + 15 + 10 + probes as usize;
+    wait_for(Duration::from_secs(30), || async {
+        queued(&pool).await == 0 && sink.messages().len() >= expected
     })
     .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -62,18 +200,38 @@ async fn two_instances_share_the_limit_and_deliver_each_invite_once() {
     let before = recipients.len();
     recipients.dedup();
     assert_eq!(before, recipients.len(), "an invite was delivered twice");
+    assert_eq!(messages.len(), expected);
+    let statuses: Vec<(String, String)> =
+        sqlx::query_as("SELECT id::text, status FROM invites WHERE id::text = ANY($1)")
+            .bind(&accepted)
+            .fetch_all(&pool)
+            .await
+            .expect("accepted invites");
     assert_eq!(
-        messages.len(),
-        5 + 8,
-        "the busy sender's five within the combined limit, and the eight calm ones"
+        statuses.len(),
+        accepted.len(),
+        "an accepted invite is missing"
     );
-    let held: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM invites WHERE sender_id = 'busy' AND status = 'held'",
+    let held = statuses.iter().filter(|(_, s)| s == "held").count();
+    let sent = statuses.iter().filter(|(_, s)| s == "sent").count();
+    assert_eq!(
+        (sent, held),
+        (30, 10),
+        "the busy sender's ten over the limit are held"
+    );
+    let orphans_sent: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE id::text = ANY($1) AND status = 'sent'",
     )
+    .bind(&orphans)
     .fetch_one(&pool)
     .await
-    .expect("held");
-    assert_eq!(held, 7);
+    .expect("orphans");
+    assert_eq!(
+        orphans_sent as usize,
+        orphans.len(),
+        "invites claimed by the killed instance were sent by the others"
+    );
+    hole.abort();
     drop(instances);
     sink.stop();
     pool.close().await;

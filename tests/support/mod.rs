@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod dashboard;
 pub mod proxy;
 pub mod redis_cluster;
 pub mod redis_server;

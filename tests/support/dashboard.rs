@@ -1,0 +1,47 @@
+//! The dashboard as a browser-like HTTP client sees it: cookies, the login form, hidden fields.
+
+use reqwest::redirect::Policy;
+
+/// Keeps cookies and does not follow redirects (so tests see them).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// Opens the login page at `base` (which sets the form's token cookie) and submits it.
+pub async fn log_in(
+    client: &reqwest::Client,
+    base: &str,
+    username: &str,
+    password: &str,
+) -> reqwest::Response {
+    let page = client
+        .get(format!("{base}/admin/login"))
+        .send()
+        .await
+        .expect("login page")
+        .text()
+        .await
+        .expect("login page body");
+    let csrf = hidden(&page, "csrf");
+    client
+        .post(format!("{base}/admin/login"))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("username", username),
+            ("password", password),
+        ])
+        .send()
+        .await
+        .expect("login")
+}
+
+/// The value of the first hidden input named `name` in a page.
+pub fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html.find(&marker).map(|i| i + marker.len()).expect(name);
+    html[start..].split('"').next().expect("value").to_owned()
+}
