@@ -1,8 +1,12 @@
 //! API keys: random, shown once, stored as a SHA-256 hash.
 
+use std::time::Duration;
+
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
+
+use crate::cache::TtlCache;
 
 /// Prefix of every key, so a leaked one is easy to recognise in logs and scanners.
 const KEY_PREFIX: &str = "sg_";
@@ -24,13 +28,45 @@ pub async fn create(pool: &PgPool, name: &str) -> Result<String, sqlx::Error> {
     Ok(key)
 }
 
+/// Live keys as this instance last read them, by hash: a revocation empties it on every instance
+/// (a trigger announces it), and a copy lives a minute at most.
+#[derive(Clone)]
+pub struct ApiKeyCache(TtlCache<Vec<u8>, i64>);
+
+impl Default for ApiKeyCache {
+    fn default() -> Self {
+        ApiKeyCache(TtlCache::new(Duration::from_secs(60), 10_000))
+    }
+}
+
+impl ApiKeyCache {
+    pub fn clear(&self) {
+        self.0.clear();
+    }
+}
+
 /// The id of the live key `key`, if any. The lookup is by hash, so comparing the key itself
-/// takes no time that depends on how much of it matched.
-pub async fn verify(pool: &PgPool, key: &str) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar("SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-        .bind(hash(key))
-        .fetch_optional(pool)
-        .await
+/// takes no time that depends on how much of it matched. Unknown keys are not cached: they are
+/// asked of the database each time.
+pub async fn verify(
+    pool: &PgPool,
+    cache: &ApiKeyCache,
+    key: &str,
+) -> Result<Option<i64>, sqlx::Error> {
+    let hashed = hash(key);
+    let ticket = match cache.0.get(&hashed) {
+        Ok(id) => return Ok(Some(id)),
+        Err(ticket) => ticket,
+    };
+    let id: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
+            .bind(&hashed)
+            .fetch_optional(pool)
+            .await?;
+    if let Some(id) = id {
+        cache.0.store(ticket, hashed, id);
+    }
+    Ok(id)
 }
 
 /// Revokes the key named `name`; false when there is no live key of that name.

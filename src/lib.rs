@@ -4,6 +4,8 @@
 
 pub mod admin;
 pub mod api_keys;
+pub mod cache;
+mod changes;
 pub mod config;
 pub mod db;
 pub mod http;
@@ -41,6 +43,7 @@ pub struct AppState {
     pub invites: InviteService,
     pub admin: admin::AdminSettings,
     pub metrics: metrics::Metrics,
+    pub api_keys: api_keys::ApiKeyCache,
     /// Permits for requests in flight.
     pub in_flight: std::sync::Arc<tokio::sync::Semaphore>,
     /// How long a request body may take to arrive.
@@ -260,6 +263,8 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
     let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
     let metrics = metrics::Metrics::default();
+    let senders = moderation::SenderStates::default();
+    let api_keys = api_keys::ApiKeyCache::default();
     let outbox = Outbox::new(
         pool.clone(),
         transport,
@@ -278,11 +283,13 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         read_timeout: Duration::from_millis(cfg.read_timeout_ms.max(1)),
         metrics: metrics.clone(),
+        api_keys: api_keys.clone(),
         invites: InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
             limiter: limiter.clone(),
             rules: rules.clone(),
+            senders: senders.clone(),
             keys,
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
@@ -327,7 +334,12 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         stopped.clone(),
     ));
     let outbox = tokio::spawn(outbox.run(stopped));
-    let watcher = rules.watch(pool);
+    let watcher = changes::Watched {
+        rules,
+        senders,
+        api_keys,
+    }
+    .watch(pool);
 
     tracing::info!(%addr, "sendguard listening");
     Ok(Running {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::json;
-use support::app::{TestDb, api_key, migrated, queued, wait_for};
+use support::app::{Stage, TestDb, api_key, migrated, queued, wait_for};
 use support::dashboard;
 use support::serve::ServeProcess;
 use support::smtp::SmtpSink;
@@ -324,4 +324,76 @@ async fn held_invites_beyond_the_cap_are_counted_not_stored() {
     sink.stop();
     pool.close().await;
     db.drop_db().await;
+}
+
+/// Sender states and API keys are cached per instance; a change made anywhere reaches every
+/// instance's copy at once (a trigger's notification), not after the copy's minute is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_or_a_revoked_key_reaches_every_instance_cache_at_once() {
+    let stage = Stage::start("caches", &[]).await;
+    let other = sendguard::start(&support::app::config(&stage.db, Some(stage.sink.url())))
+        .await
+        .expect("second instance");
+    let client = Client {
+        http: reqwest::Client::new(),
+        key: api_key(&stage.pool).await,
+    };
+    let base = format!("http://{}", other.addr);
+    // The second instance has read (and cached) the sender as active and the key as live.
+    let (status, id) = client
+        .invite(
+            &base,
+            json!({"sender_id": "cached", "recipient": "c0@example.com"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let status_of = |id: String| {
+        let pool = stage.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE id::text = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .expect("invite")
+        }
+    };
+    assert_ne!(status_of(id.expect("id")).await, "held");
+
+    sqlx::query("UPDATE senders SET state = 'banned' WHERE id = 'cached'")
+        .execute(&stage.pool)
+        .await
+        .expect("ban");
+    let mut n = 0;
+    let held = wait_for(Duration::from_secs(1), || {
+        n += 1;
+        let body = json!({"sender_id": "cached", "recipient": format!("c{n}@example.com")});
+        let (client, base) = (&client, &base);
+        async move {
+            let (_, id) = client.invite(base, body).await;
+            status_of(id.expect("id")).await == "held"
+        }
+    })
+    .await;
+    assert!(
+        held,
+        "the second instance still treats the banned sender as active"
+    );
+
+    let name: String = sqlx::query_scalar("SELECT name FROM api_keys")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("key name");
+    assert!(
+        sendguard::api_keys::revoke(&stage.pool, &name)
+            .await
+            .expect("revoke")
+    );
+    let refused = wait_for(Duration::from_secs(1), || async {
+        let body = json!({"sender_id": "someone", "recipient": "s@example.com"});
+        client.invite(&base, body).await.0 == StatusCode::UNAUTHORIZED
+    })
+    .await;
+    assert!(refused, "the second instance still accepts the revoked key");
+    other.shutdown().await;
+    stage.finish().await;
 }

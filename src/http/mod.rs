@@ -143,7 +143,7 @@ impl FromRequestParts<AppState> for ApiKey {
             .map(str::trim)
             .filter(|k| !k.is_empty() && k.len() <= 128)
             .ok_or(ApiError::Unauthorized)?;
-        crate::api_keys::verify(&state.pool, key)
+        crate::api_keys::verify(&state.pool, &state.api_keys, key)
             .await?
             .map(ApiKey)
             .ok_or(ApiError::Unauthorized)

@@ -13,9 +13,48 @@ use crate::config::RedisPolicy;
 use crate::incident::Incident;
 use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::Metrics;
-use crate::moderation::{self, Flag, SenderState};
+use crate::moderation::{self, Flag, SenderState, SenderStates};
 use crate::rules::{Action, Rule, RuleCache, Subjects};
 pub use validate::{InvalidBody, ValidInvite};
+
+/// The invite insert, shared by the one-statement path and the transaction (`$1`-`$13` as
+/// [`bind_invite`] binds them).
+macro_rules! insert_invite {
+    () => {
+        "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain,
+             sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
+             idempotency_key, request_hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+             CASE WHEN $10 = 'queued' THEN now() END, $12, $13)"
+    };
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+fn bind_invite<'q>(
+    query: PgQuery<'q>,
+    sub: &'q Submission<'_>,
+    id: Uuid,
+    request_hash: &'q [u8],
+    status: Status,
+    decision: &'q serde_json::Value,
+) -> PgQuery<'q> {
+    let invite = &sub.invite;
+    query
+        .bind(id)
+        .bind(sub.api_key_id)
+        .bind(&invite.sender_id)
+        .bind(&invite.recipient)
+        .bind(&invite.recipient_domain)
+        .bind(invite.sender_ip.map(|ip| ip.to_string()))
+        .bind(&invite.resource)
+        .bind(&invite.message)
+        .bind(&invite.sender_name)
+        .bind(status.as_str())
+        .bind(decision)
+        .bind(sub.idempotency_key)
+        .bind(request_hash)
+}
 
 /// The status an invite is recorded with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +122,7 @@ pub struct InviteService {
     pub pool: PgPool,
     pub limiter: Limiter,
     pub rules: RuleCache,
+    pub senders: SenderStates,
     pub keys: KeyPrefix,
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
@@ -116,7 +156,7 @@ impl InviteService {
             return Ok(Outcome::Accepted(id));
         }
         let invite = &sub.invite;
-        let state = self.sender_state(&invite.sender_id).await?;
+        let state = self.senders.get(&self.pool, &invite.sender_id).await?;
         let Decided {
             status,
             decision,
@@ -154,7 +194,8 @@ impl InviteService {
         recorded
     }
 
-    /// Writes the invite (and the flag of a breach) in one transaction.
+    /// Writes the invite (and the flag of a breach) in one transaction. The common case, an
+    /// invite with no breach and no held slot to take, is one statement: one round trip.
     async fn record(
         &self,
         sub: &Submission<'_>,
@@ -165,6 +206,23 @@ impl InviteService {
         breach: Option<&Checked>,
     ) -> Result<Outcome, InviteError> {
         let invite = &sub.invite;
+        if breach.is_none() && status != Status::Held {
+            let inserted = bind_invite(
+                sqlx::query(concat!(
+                    "WITH sender AS (INSERT INTO senders (id) VALUES ($3)
+                         ON CONFLICT (id) DO UPDATE SET last_seen_at = now()) ",
+                    insert_invite!()
+                )),
+                sub,
+                id,
+                request_hash,
+                status,
+                decision,
+            )
+            .execute(&self.pool)
+            .await;
+            return self.inserted(inserted, sub, id, request_hash).await;
+        }
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO senders (id) VALUES ($1)
@@ -181,41 +239,49 @@ impl InviteService {
             tx.commit().await?;
             return Ok(Outcome::Accepted(id));
         }
-        let inserted = sqlx::query(
-            "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain,
-                 sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-                 idempotency_key, request_hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                 CASE WHEN $10 = 'queued' THEN now() END, $12, $13)",
+        let inserted = bind_invite(
+            sqlx::query(insert_invite!()),
+            sub,
+            id,
+            request_hash,
+            status,
+            decision,
         )
-        .bind(id)
-        .bind(sub.api_key_id)
-        .bind(&invite.sender_id)
-        .bind(&invite.recipient)
-        .bind(&invite.recipient_domain)
-        .bind(invite.sender_ip.map(|ip| ip.to_string()))
-        .bind(&invite.resource)
-        .bind(&invite.message)
-        .bind(&invite.sender_name)
-        .bind(status.as_str())
-        .bind(decision)
-        .bind(sub.idempotency_key)
-        .bind(request_hash)
         .execute(&mut *tx)
         .await;
-        if let Err(e) = inserted {
+        if inserted.is_err() {
             drop(tx);
-            // The same Idempotency-Key raced in from another request: answer as it was answered.
-            if let Some(key) = sub.idempotency_key
-                && is_unique_violation(&e)
-                && let Some(id) = self.replay(sub.api_key_id, key, request_hash).await?
-            {
-                return Ok(Outcome::Accepted(id));
-            }
-            return Err(e.into());
+            return self.inserted(inserted, sub, id, request_hash).await;
         }
         tx.commit().await?;
+        if breach.is_some() {
+            // Every instance hears of the new state from the trigger; this one at once.
+            self.senders.forget(&invite.sender_id);
+        }
         Ok(Outcome::Accepted(id))
+    }
+
+    /// The answer to an invite insert. When the same Idempotency-Key raced in from another
+    /// request, the invite is answered as that one was.
+    async fn inserted(
+        &self,
+        inserted: Result<sqlx::postgres::PgQueryResult, sqlx::Error>,
+        sub: &Submission<'_>,
+        id: Uuid,
+        request_hash: &[u8],
+    ) -> Result<Outcome, InviteError> {
+        match inserted {
+            Ok(_) => Ok(Outcome::Accepted(id)),
+            Err(e) => {
+                if let Some(key) = sub.idempotency_key
+                    && is_unique_violation(&e)
+                    && let Some(id) = self.replay(sub.api_key_id, key, request_hash).await?
+                {
+                    return Ok(Outcome::Accepted(id));
+                }
+                Err(e.into())
+            }
+        }
     }
 
     /// The rules' verdict on an invite from a sender in `state`, at `at_ms` (now when `None`).
@@ -319,7 +385,7 @@ impl InviteService {
                 message: None,
                 sender_name: None,
             };
-            let state = self.sender_state(&invite.sender_id).await?;
+            let state = self.senders.get(&self.pool, &invite.sender_id).await?;
             let at_ms = created_at.timestamp_millis().max(0) as u64;
             let d = match self.decide(&invite, state, Some(at_ms)).await {
                 Ok(d) => d,
@@ -392,16 +458,6 @@ impl InviteService {
             Some((id, Some(hash))) if hash == request_hash => Ok(Some(id)),
             Some(_) => Err(InviteError::IdempotencyConflict),
         }
-    }
-
-    async fn sender_state(&self, sender_id: &str) -> Result<SenderState, InviteError> {
-        let state: Option<String> = sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
-            .bind(sender_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(state
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(SenderState::Active))
     }
 
     /// Every enabled rule that applies, in one pipeline: all keys of a subject share a hash tag.

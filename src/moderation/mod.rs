@@ -3,9 +3,51 @@
 pub mod review;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde_json::Value;
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::cache::TtlCache;
+
+/// Sender states as this instance last read them (see [`crate::cache`]): one read of the
+/// `senders` table per sender and minute instead of one per invite. A change is announced by
+/// a trigger and forgotten here within milliseconds.
+#[derive(Clone)]
+pub struct SenderStates(TtlCache<String, SenderState>);
+
+impl Default for SenderStates {
+    fn default() -> Self {
+        SenderStates(TtlCache::new(Duration::from_secs(60), 200_000))
+    }
+}
+
+impl SenderStates {
+    /// The sender's state; a sender never seen is active.
+    pub async fn get(&self, pool: &PgPool, sender_id: &str) -> Result<SenderState, sqlx::Error> {
+        let ticket = match self.0.get(sender_id) {
+            Ok(state) => return Ok(state),
+            Err(ticket) => ticket,
+        };
+        let state: Option<String> = sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
+            .bind(sender_id)
+            .fetch_optional(pool)
+            .await?;
+        let state = state
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(SenderState::Active);
+        self.0.store(ticket, sender_id.to_owned(), state);
+        Ok(state)
+    }
+
+    pub fn forget(&self, sender_id: &str) {
+        self.0.remove(sender_id);
+    }
+
+    pub fn clear(&self) {
+        self.0.clear();
+    }
+}
 
 /// A sender's standing (DESIGN.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

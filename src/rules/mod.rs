@@ -4,11 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 
 use crate::limiter::{Algorithm, Quota};
 
@@ -200,7 +198,8 @@ impl RuleCache {
             .collect()
     }
 
-    async fn reload(&self, pool: &PgPool) {
+    /// Reads the table again (on a notification, and every second: see [`crate::changes`]).
+    pub async fn reload(&self, pool: &PgPool) {
         match load_all(pool).await {
             Ok(rules) => {
                 if **self.rules.load() != rules {
@@ -210,41 +209,5 @@ impl RuleCache {
             }
             Err(e) => tracing::warn!(error = %e, "reloading rules failed; keeping the last ones"),
         }
-    }
-
-    /// Keeps the cache in step with the table until the task is dropped: at once on a change
-    /// (NOTIFY), and every second regardless, so a missed notification costs at most a second.
-    pub fn watch(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
-        let cache = self.clone();
-        tokio::spawn(async move {
-            let mut listener = match PgListener::connect_with(&pool).await {
-                Ok(mut l) => match l.listen("sendguard_rules").await {
-                    Ok(()) => Some(l),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "LISTEN failed; polling rules only");
-                        None
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(error = %e, "LISTEN connection failed; polling rules only");
-                    None
-                }
-            };
-            loop {
-                match listener.as_mut() {
-                    // A notification or a second, whichever comes first.
-                    Some(l) => {
-                        if let Ok(Err(e)) =
-                            tokio::time::timeout(Duration::from_secs(1), l.recv()).await
-                        {
-                            tracing::warn!(error = %e, "rule notifications interrupted");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                    }
-                    None => tokio::time::sleep(Duration::from_secs(1)).await,
-                }
-                cache.reload(&pool).await;
-            }
-        })
     }
 }

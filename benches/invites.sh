@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The whole service against the ceiling of a durable record on this machine, in one run.
+#
+#   benches/invites.sh [SECONDS] [CONNECTIONS]      (defaults: 15 s per phase, 32 connections)
+#
+# Starts `sendguard serve` (release build) on a fresh database `sendguard_bench` and the Redis at
+# REDIS_URL (keys under a private prefix, removed afterwards), mail to the file transport, then:
+#   1. ceiling    pgbench inserting one invite-shaped row per transaction (same table, indexes
+#                 and JSON decision as `invites`), CONNECTIONS clients;
+#   2. saturation wrk, CONNECTIONS connections, realistic traffic (benches/invites.lua);
+#   3. paced      wrk at 1,000 requests/s, for latency at a fixed load.
+# For each phase it prints throughput, latency and the CPU share (of all cores) used by
+# sendguard, PostgreSQL, Redis and the load generator, then what one invite costs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=${1:-15}
+conns=${2:-32}
+threads=2
+port=${BENCH_PORT:-18080}
+redis_url=${REDIS_URL:-redis://127.0.0.1:6379}
+db=sendguard_bench
+db_url=postgres://postgres@127.0.0.1:5432/$db
+prefix=sgbench$$
+hz=$(getconf CLK_TCK)
+cores=$(nproc)
+
+for cmd in wrk pgbench psql redis-cli; do
+  command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools)" >&2; exit 1; }
+done
+
+cargo build --release -q
+bin=./target/release/sendguard
+psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+DATABASE_URL=$db_url $bin migrate >/dev/null
+key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
+mail=$(mktemp -d)
+pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
+
+DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix \
+  SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
+  $bin serve >/dev/null 2>"$mail.log" &
+serve_pid=$!
+cleanup() {
+  kill "$serve_pid" 2>/dev/null || true
+  wait "$serve_pid" 2>/dev/null || true
+  redis-cli -u "$redis_url" --scan --pattern "$prefix:*" | xargs -r -n 500 redis-cli -u "$redis_url" unlink >/dev/null
+  rm -rf "$mail" "$mail.log"
+}
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$mail.log" >&2; exit 1; }
+
+# CPU ticks (user + system) of a process; of PostgreSQL, every backend plus what the postmaster
+# reaped from backends that exited during the phase.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+postmaster=$(pgrep -o -x postgres)
+redis_pid=$(redis-cli -u "$redis_url" info server | awk -F: '/^process_id/ {print $2}' | tr -d '\r')
+pg_ticks() {
+  local total=0 pid
+  for pid in $(pgrep -x postgres); do total=$((total + $(ticks "$pid"))); done
+  echo $((total + $(awk '{print $16 + $17}' "/proc/$postmaster/stat")))
+}
+# Runs a load command and prints "seconds sendguard postgres redis load" CPU shares (0-1 of
+# all cores) on its last line, after the command's own output.
+measured() {
+  local s0 p0 r0 l0 t0 t1 load_pid
+  s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); t0=$(date +%s.%N)
+  "$@" &
+  load_pid=$!
+  local l=0
+  while kill -0 "$load_pid" 2>/dev/null; do
+    l=$(ticks "$load_pid")
+    sleep 0.5
+  done
+  wait "$load_pid"
+  t1=$(date +%s.%N)
+  awk -v t="$(echo "$t1 - $t0" | bc)" -v hz="$hz" -v n="$cores" \
+    -v s=$(($(ticks "$serve_pid") - s0)) -v p=$(($(pg_ticks) - p0)) -v r=$(($(ticks "$redis_pid") - r0)) -v l="$l" \
+    'BEGIN { c = t * hz * n; printf "CPU sendguard=%.2f postgres=%.2f redis=%.2f load=%.2f\n", s / c, p / c, r / c, l / c }'
+}
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -n 1; }
+
+# 1. The ceiling: the same row, one per transaction, into a copy of the invites table.
+pgsql -c "CREATE TABLE ceiling (LIKE invites INCLUDING DEFAULTS INCLUDING INDEXES)"
+script=$(mktemp)
+cat >"$script" <<'SQL'
+\set n random(1, 20000)
+\set r random(1, 5000)
+INSERT INTO ceiling (id, api_key_id, sender_id, recipient, recipient_domain, sender_ip, resource,
+    status, decision, next_attempt_at, request_hash)
+VALUES (gen_random_uuid(), 1, 'u' || :n, 'r' || :r || '@example.com', 'example.com', '10.1.2.3',
+    'doc-' || :n, 'queued',
+    '{"reason": "within_limits", "rules": [{"rule": "sender-hourly", "count": 3, "limit": 60, "allowed": true}, {"rule": "recipient-daily", "count": 1, "limit": 3, "allowed": true}]}',
+    now(), '\x0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef');
+SQL
+pgbench_out=$(measured pgbench -h 127.0.0.1 -U postgres -n -M prepared -c "$conns" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)
+rm -f "$script"
+ceiling=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$pgbench_out" | head -n 1)
+ceiling_cpu=$(grep '^CPU' <<<"$pgbench_out")
+pgsql -c "DROP TABLE ceiling"
+
+# 2. Saturation, then 3. a fixed 1,000 requests/s.
+before=$(pgsql -c "SELECT count(*) FROM invites")
+export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
+sat_out=$(CONNECTIONS=$conns measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+after=$(pgsql -c "SELECT count(*) FROM invites")
+paced_out=$(RATE=1000 CONNECTIONS=20 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+
+sat=$(grep '^RESULT' <<<"$sat_out")
+paced=$(grep '^RESULT' <<<"$paced_out")
+sat_rps=$(field rps "$sat")
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(date -u +%F); $secs s per phase"
+echo
+printf '%-11s %11s %9s %8s %8s %9s %9s   %s\n' phase per_sec ratio p50_ms p99_ms p99.9_ms failed "cpu share (of $cores cores)"
+printf '%-11s %11.0f %9s %8s %8s %9s %9s   %s\n' ceiling "$ceiling" 1.00 - - - - "${ceiling_cpu#CPU }"
+printf '%-11s %11.0f %9.2f %8s %8s %9s %9s   %s\n' saturation "$sat_rps" "$(echo "$sat_rps / $ceiling" | bc -l)" \
+  "$(field p50_ms "$sat")" "$(field p99_ms "$sat")" "$(field p999_ms "$sat")" "$(field non2xx_or_errors "$sat")" \
+  "$(grep '^CPU' <<<"$sat_out" | sed 's/^CPU //')"
+printf '%-11s %11.0f %9s %8s %8s %9s %9s   %s\n' "paced@1000" "$(field rps "$paced")" - \
+  "$(field p50_ms "$paced")" "$(field p99_ms "$paced")" "$(field p999_ms "$paced")" "$(field non2xx_or_errors "$paced")" \
+  "$(grep '^CPU' <<<"$paced_out" | sed 's/^CPU //')"
+
+# What one invite costs: Redis bytes per active sender, Postgres bytes per invite, CPU per 1,000.
+invites=$(pgsql -c "SELECT count(*) FROM invites")
+senders=$(pgsql -c "SELECT count(*) FROM senders")
+table_bytes=$(pgsql -c "SELECT pg_total_relation_size('invites')")
+keys=0 redis_bytes=0
+while read -r k; do
+  keys=$((keys + 1))
+  if [ $((keys % 50)) -eq 1 ]; then
+    redis_bytes=$((redis_bytes + $(redis-cli -u "$redis_url" memory usage "$k")))
+  fi
+done < <(redis-cli -u "$redis_url" --scan --pattern "$prefix:{sender:*")
+sampled=$(((keys + 49) / 50))
+sat_cpu=$(grep '^CPU' <<<"$sat_out")
+echo
+echo "invites recorded: $invites ($((after - before)) in the saturation phase), senders: $senders"
+echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
+echo "redis bytes per active sender (sender-scope keys, 1 in 50 sampled): $((redis_bytes / (sampled > 0 ? sampled : 1) * keys / (senders > 0 ? senders : 1)))"
+awk -v rps="$sat_rps" -v n="$cores" \
+  -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
+  'BEGIN { printf "cpu ms per 1,000 invites at saturation: sendguard %.0f, postgres %.0f, redis %.0f\n", s * n * 1e6 / rps, p * n * 1e6 / rps, r * n * 1e6 / rps }'
