@@ -50,6 +50,11 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_REDIS_TIMEOUT_MS", default_value_t = 500)]
     pub redis_timeout_ms: u64,
 
+    /// How often each instance sends its count of `global` rules to Redis, in milliseconds;
+    /// 0 counts every invite in Redis (exact, but one hot key). See docs/SCALING.md.
+    #[arg(long, env = "SENDGUARD_GLOBAL_FLUSH_MS", default_value_t = 200)]
+    pub global_flush_ms: u64,
+
     #[arg(long, env = "SENDGUARD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 

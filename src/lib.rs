@@ -185,6 +185,9 @@ pub struct Running {
     outbox: JoinHandle<()>,
     watcher: JoinHandle<()>,
     deferred: JoinHandle<()>,
+    /// The global counts and their flusher, flushed once more on shutdown.
+    global: Option<(invites::global::GlobalCounts, JoinHandle<()>)>,
+    limiter: Limiter,
 }
 
 impl Running {
@@ -197,6 +200,12 @@ impl Running {
         let _ = self.outbox.await;
         self.watcher.abort();
         self.deferred.abort();
+        if let Some((global, flusher)) = self.global {
+            flusher.abort();
+            if let Err(e) = global.flush(&self.limiter).await {
+                tracing::warn!(error = %e, "the last global counts were not flushed");
+            }
+        }
     }
 }
 
@@ -265,6 +274,8 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
     let metrics = metrics::Metrics::default();
     let senders = moderation::SenderStates::default();
     let api_keys = api_keys::ApiKeyCache::default();
+    let global = (cfg.global_flush_ms > 0)
+        .then(|| invites::global::GlobalCounts::new(Duration::from_millis(cfg.global_flush_ms)));
     let outbox = Outbox::new(
         pool.clone(),
         transport,
@@ -290,6 +301,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
+            global: global.clone(),
             keys,
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
@@ -325,8 +337,10 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         .local_addr()
         .map_err(|e| StartError::Listen(cfg.listen, e))?;
     let deferred = state.invites.watch_deferred();
+    let flusher = global.clone().map(|g| g.run(state.limiter.clone()));
     let (stop, stopped) = watch::channel(false);
     let read_timeout = state.read_timeout;
+    let state_limiter = state.limiter.clone();
     let server = tokio::spawn(serve_http(
         listener,
         router(state),
@@ -350,5 +364,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         outbox,
         watcher,
         deferred,
+        global: global.zip(flusher),
+        limiter: state_limiter,
     })
 }

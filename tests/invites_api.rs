@@ -510,3 +510,46 @@ async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
     pool.close().await;
     db.drop_db().await;
 }
+
+/// A global rule is counted in process and flushed to Redis: one instance decides exactly, and
+/// the shared key holds the instance's count after a flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_rule_is_counted_in_process_and_flushed_to_redis() {
+    let prefix = support::unique_prefix("global");
+    let stage = Stage::start_with(
+        "global",
+        &["UPDATE rules SET limit_count = 5, action = 'suppress' WHERE name = 'global-minute'"],
+        |cfg| cfg.key_prefix = prefix.as_str().to_owned(),
+    )
+    .await;
+    let api = Api::new(stage.app.addr, &stage.pool).await;
+    for n in 0..8 {
+        let resp = api
+            .invite(json!({"sender_id": format!("g{n}"), "recipient": format!("g{n}@example.com")}))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let suppressed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'suppressed'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("count");
+    assert_eq!(suppressed, 3, "exactly the limit admitted by one instance");
+
+    let quota = sendguard::limiter::Quota::new(
+        5,
+        60,
+        sendguard::limiter::Algorithm::HashCounters(Default::default()),
+    );
+    let key = prefix.key("global", "global-minute", &quota);
+    let limiter = sendguard::limiter::Limiter::Redis(support::redis_store().await);
+    let flushed = wait_for(Duration::from_secs(2), || async {
+        limiter
+            .check(&key, &quota, 0, None)
+            .await
+            .is_ok_and(|d| d.count == 5)
+    })
+    .await;
+    assert!(flushed, "the five admitted invites reached the shared key");
+    stage.finish().await;
+}

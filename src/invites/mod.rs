@@ -1,6 +1,7 @@
 //! The send-invite flow (DESIGN.md §3a): sender state, rules, one transaction, an answer only
 //! after the commit. Mail goes out later, from the outbox.
 
+pub mod global;
 pub mod http;
 pub mod validate;
 
@@ -14,7 +15,7 @@ use crate::incident::Incident;
 use crate::limiter::{Check, Decision, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::Metrics;
 use crate::moderation::{self, Flag, SenderState, SenderStates};
-use crate::rules::{Action, Rule, RuleCache, Subjects};
+use crate::rules::{Action, Rule, RuleCache, Scope, Subjects};
 pub use validate::{InvalidBody, ValidInvite};
 
 /// The invite insert, shared by the one-statement path and the transaction (`$1`-`$13` as
@@ -123,6 +124,8 @@ pub struct InviteService {
     pub limiter: Limiter,
     pub rules: RuleCache,
     pub senders: SenderStates,
+    /// Global rules counted in process and flushed (None: every invite asks Redis).
+    pub global: Option<global::GlobalCounts>,
     pub keys: KeyPrefix,
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
@@ -481,24 +484,41 @@ impl InviteService {
                 rules.push(rule);
             }
         }
+        // Global rules are counted in process (see `global`) unless the invite is a replay.
+        let local: Vec<bool> = rules
+            .iter()
+            .map(|r| r.scope == Scope::Global && at_ms.is_none() && self.global.is_some())
+            .collect();
         let checks: Vec<Check<'_>> = rules
             .iter()
             .zip(&keys)
-            .map(|(rule, key)| Check {
+            .zip(&local)
+            .filter(|(_, local)| !**local)
+            .map(|((rule, key), _)| Check {
                 key,
                 quota: &rule.quota,
                 cost: 1,
             })
             .collect();
         let started = std::time::Instant::now();
-        let decisions = match self.limiter.check_batch(&checks, at_ms).await {
-            Ok(d) => d,
+        let mut remote = match self.limiter.check_batch(&checks, at_ms).await {
+            Ok(d) => d.into_iter(),
             Err(e) => {
                 self.metrics
                     .count("sendguard_dependency_errors_total", &[("kind", "redis")]);
                 return Err(e.into());
             }
         };
+        let mut decisions = Vec::with_capacity(rules.len());
+        for ((rule, key), local) in rules.iter().zip(&keys).zip(local) {
+            let decision = match (&self.global, local) {
+                (Some(global), true) => global.count(key, &rule.quota),
+                _ => remote
+                    .next()
+                    .ok_or_else(|| LimiterError::BadReply("too few decisions".into()))?,
+            };
+            decisions.push(decision);
+        }
         self.metrics
             .observe("sendguard_redis_seconds", &[], started.elapsed());
         self.redis.recovered();
