@@ -102,6 +102,11 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60)]
     pub mail_lease_secs: u64,
 
+    /// Invites in a final state and audit entries older than this many days are removed
+    /// (in batches, every hour); 0 keeps everything.
+    #[arg(long, env = "SENDGUARD_RETENTION_DAYS", default_value_t = 90)]
+    pub retention_days: i32,
+
     /// Log lines as JSON.
     #[arg(long, env = "SENDGUARD_LOG_JSON", default_value_t = false)]
     pub log_json: bool,

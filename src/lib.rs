@@ -16,6 +16,7 @@ pub mod mail;
 pub mod metrics;
 pub mod moderation;
 mod names;
+pub mod retention;
 pub mod rules;
 
 use std::net::SocketAddr;
@@ -188,6 +189,7 @@ pub struct Running {
     /// The global counts and their flusher, flushed once more on shutdown.
     global: Option<(invites::global::GlobalCounts, JoinHandle<()>)>,
     limiter: Limiter,
+    sweeper: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -200,6 +202,9 @@ impl Running {
         let _ = self.outbox.await;
         self.watcher.abort();
         self.deferred.abort();
+        if let Some(sweeper) = self.sweeper {
+            sweeper.abort();
+        }
         if let Some((global, flusher)) = self.global {
             flusher.abort();
             if let Err(e) = global.flush(&self.limiter).await {
@@ -338,6 +343,16 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         .map_err(|e| StartError::Listen(cfg.listen, e))?;
     let deferred = state.invites.watch_deferred();
     let flusher = global.clone().map(|g| g.run(state.limiter.clone()));
+    let sweeper = (cfg.retention_days > 0).then(|| {
+        retention::Retention {
+            pool: pool.clone(),
+            metrics: metrics.clone(),
+            days: cfg.retention_days,
+            batch: 1000,
+            pause: Duration::from_millis(50),
+        }
+        .run(Duration::from_secs(3600))
+    });
     let (stop, stopped) = watch::channel(false);
     let read_timeout = state.read_timeout;
     let state_limiter = state.limiter.clone();
@@ -365,6 +380,7 @@ pub async fn start(cfg: &Config) -> Result<Running, StartError> {
         watcher,
         deferred,
         global: global.zip(flusher),
+        sweeper,
         limiter: state_limiter,
     })
 }

@@ -27,7 +27,7 @@ struct Inner {
 }
 
 /// Every metric name with its help text, in the order they are written.
-const HELP: [(&str, &str, &str); 8] = [
+const HELP: [(&str, &str, &str); 9] = [
     (
         "sendguard_decisions_total",
         "counter",
@@ -47,6 +47,11 @@ const HELP: [(&str, &str, &str); 8] = [
         "sendguard_smtp_failures_total",
         "counter",
         "Failed deliveries.",
+    ),
+    (
+        "sendguard_retention_removed_total",
+        "counter",
+        "Rows removed for being older than the retention, by table.",
     ),
     (
         "sendguard_redis_seconds",
@@ -81,8 +86,12 @@ fn labels(pairs: &[(&'static str, &str)]) -> Labels {
 
 impl Metrics {
     pub fn count(&self, name: &'static str, pairs: &[(&'static str, &str)]) {
+        self.add(name, pairs, 1);
+    }
+
+    pub fn add(&self, name: &'static str, pairs: &[(&'static str, &str)], n: u64) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        *inner.counters.entry((name, labels(pairs))).or_default() += 1;
+        *inner.counters.entry((name, labels(pairs))).or_default() += n;
     }
 
     pub fn observe(&self, name: &'static str, pairs: &[(&'static str, &str)], took: Duration) {

@@ -3,6 +3,7 @@
 
 pub mod accounts;
 mod overview;
+pub mod queries;
 mod rules;
 pub mod setup;
 
@@ -413,26 +414,11 @@ async fn queue(
     Query(q): Query<PageQuery>,
 ) -> Result<QueuePage, AdminError> {
     let page = q.page.unwrap_or(1).max(1);
-    let rows: Vec<QueueDbRow> = sqlx::query_as(
-        "SELECT s.id, s.version, f.rule_name, f.observed, f.limit_count,
-                (SELECT min(created_at) FROM invites i WHERE i.sender_id = s.id),
-                (SELECT max(created_at) FROM invites i WHERE i.sender_id = s.id),
-                s.held_stored + s.held_overflow,
-                (SELECT string_agg(d, ', ') FROM (
-                    SELECT DISTINCT recipient_domain AS d FROM invites i
-                    WHERE i.sender_id = s.id AND i.status = 'held' ORDER BY 1 LIMIT 3) x)
-         FROM senders s
-         LEFT JOIN LATERAL (
-             SELECT rule_name, observed, limit_count, created_at FROM flags
-             WHERE sender_id = s.id ORDER BY created_at DESC LIMIT 1) f ON true
-         WHERE s.state = 'shadow_banned'
-         ORDER BY f.created_at DESC NULLS LAST, s.id
-         LIMIT $1 OFFSET $2",
-    )
-    .bind(PAGE + 1)
-    .bind((page - 1) * PAGE)
-    .fetch_all(&state.pool)
-    .await?;
+    let rows: Vec<QueueDbRow> = sqlx::query_as(queries::QUEUE)
+        .bind(PAGE + 1)
+        .bind((page - 1) * PAGE)
+        .fetch_all(&state.pool)
+        .await?;
     let more = rows.len() as i64 > PAGE;
     let rows = rows
         .into_iter()
@@ -663,21 +649,17 @@ async fn render_sender(
     .bind(id)
     .fetch_all(&state.pool)
     .await?;
-    let invites: Vec<(Time, String, String, serde_json::Value)> = sqlx::query_as(
-        "SELECT created_at, recipient, status, decision FROM invites
-         WHERE sender_id = $1 ORDER BY created_at DESC, id LIMIT $2 OFFSET $3",
-    )
-    .bind(id)
-    .bind(PAGE + 1)
-    .bind((page - 1) * PAGE)
-    .fetch_all(&state.pool)
-    .await?;
-    let audit: Vec<(Time, String, String, Option<String>)> = sqlx::query_as(
-        "SELECT at, actor, action, note FROM audit_log WHERE sender_id = $1 ORDER BY at DESC, id DESC LIMIT 100",
-    )
-    .bind(id)
-    .fetch_all(&state.pool)
-    .await?;
+    let invites: Vec<(Time, String, String, serde_json::Value)> =
+        sqlx::query_as(queries::SENDER_INVITES)
+            .bind(id)
+            .bind(PAGE + 1)
+            .bind((page - 1) * PAGE)
+            .fetch_all(&state.pool)
+            .await?;
+    let audit: Vec<(Time, String, String, Option<String>)> = sqlx::query_as(queries::SENDER_AUDIT)
+        .bind(id)
+        .fetch_all(&state.pool)
+        .await?;
 
     // Live counters of the sender-scoped rules, read without counting (cost 0).
     let rules: Vec<_> = state

@@ -5,7 +5,7 @@ use askama_web::WebTemplate;
 use axum::extract::{Query, State};
 use serde::Deserialize;
 
-use super::{Admin, AdminError, PAGE, Time, time};
+use super::{Admin, AdminError, PAGE, Time, queries, time};
 use crate::AppState;
 
 pub(super) struct StatusCount {
@@ -98,25 +98,15 @@ pub(super) async fn overview(
     State(state): State<AppState>,
     Admin(session): Admin,
 ) -> Result<OverviewPage, AdminError> {
-    let statuses: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, count(*) FROM invites WHERE created_at > now() - interval '24 hours'
-         GROUP BY status ORDER BY status",
-    )
-    .fetch_all(&state.pool)
-    .await?;
-    let awaiting: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM senders WHERE state = 'shadow_banned'")
-            .fetch_one(&state.pool)
-            .await?;
-    let hours: Vec<(Time, i64, i64)> = sqlx::query_as(
-        "SELECT date_trunc('hour', created_at),
-                count(*) FILTER (WHERE status = 'sent'),
-                count(*) FILTER (WHERE status IN ('held', 'suppressed'))
-         FROM invites WHERE created_at > date_trunc('hour', now()) - interval '23 hours'
-         GROUP BY 1",
-    )
-    .fetch_all(&state.pool)
-    .await?;
+    let statuses: Vec<(String, i64)> = sqlx::query_as(queries::STATUSES_24H)
+        .fetch_all(&state.pool)
+        .await?;
+    let awaiting: i64 = sqlx::query_scalar(queries::AWAITING)
+        .fetch_one(&state.pool)
+        .await?;
+    let hours: Vec<(Time, i64, i64)> = sqlx::query_as(queries::HOURLY)
+        .fetch_all(&state.pool)
+        .await?;
     Ok(OverviewPage {
         admin: Some(session.username),
         csrf: session.csrf_token,
@@ -176,17 +166,13 @@ pub(super) async fn audit_log(
     let page = q.page.unwrap_or(1).max(1);
     let actor = q.actor.trim().to_owned();
     let sender = q.sender.trim().to_owned();
-    let rows: Vec<AuditDbRow> = sqlx::query_as(
-        "SELECT at, actor, action, sender_id, detail, note FROM audit_log
-         WHERE ($1 = '' OR actor = $1) AND ($2 = '' OR sender_id = $2)
-         ORDER BY at DESC, id DESC LIMIT $3 OFFSET $4",
-    )
-    .bind(&actor)
-    .bind(&sender)
-    .bind(PAGE + 1)
-    .bind((page - 1) * PAGE)
-    .fetch_all(&state.pool)
-    .await?;
+    let rows: Vec<AuditDbRow> = sqlx::query_as(queries::AUDIT_PAGE)
+        .bind(&actor)
+        .bind(&sender)
+        .bind(PAGE + 1)
+        .bind((page - 1) * PAGE)
+        .fetch_all(&state.pool)
+        .await?;
     let more = rows.len() as i64 > PAGE;
     Ok(AuditPage {
         admin: Some(session.username),

@@ -169,6 +169,18 @@ pub struct OutboxSettings {
     pub idle: Duration,
 }
 
+/// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`.
+pub const CLAIM: &str =
+    "UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
+             WHERE id IN (
+                 SELECT id FROM invites
+                 WHERE status = 'queued' AND next_attempt_at <= now()
+                   AND (claimed_until IS NULL OR claimed_until < now())
+                 ORDER BY next_attempt_at
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING id, recipient, resource, message, sender_name, attempts";
+
 /// Claims queued invites and sends them. Several instances may run it on one database: a claim
 /// (`FOR UPDATE SKIP LOCKED` plus a lease) hands each invite to one worker; a worker that dies
 /// leaves its lease to expire and another takes the invite over.
@@ -222,22 +234,12 @@ impl Outbox {
 
     /// Claims one batch and sends it; returns how many were claimed.
     pub async fn round(&self) -> Result<usize, sqlx::Error> {
-        let claimed: Vec<Outgoing> = sqlx::query_as(
-            "UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
-             WHERE id IN (
-                 SELECT id FROM invites
-                 WHERE status = 'queued' AND next_attempt_at <= now()
-                   AND (claimed_until IS NULL OR claimed_until < now())
-                 ORDER BY next_attempt_at
-                 LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING id, recipient, resource, message, sender_name, attempts",
-        )
-        .bind(&self.worker_id)
-        .bind(self.settings.lease.as_secs_f64())
-        .bind(self.settings.batch)
-        .fetch_all(&self.pool)
-        .await?;
+        let claimed: Vec<Outgoing> = sqlx::query_as(CLAIM)
+            .bind(&self.worker_id)
+            .bind(self.settings.lease.as_secs_f64())
+            .bind(self.settings.batch)
+            .fetch_all(&self.pool)
+            .await?;
         let n = claimed.len();
         let mut sends = JoinSet::new();
         for invite in claimed {

@@ -229,17 +229,19 @@ type BacktestRow = (
     chrono::DateTime<chrono::Utc>,
 );
 
+/// The last 24 hours of invites that a backtest replays, newest first.
+pub const BACKTEST_INVITES: &str =
+    "SELECT sender_id, sender_ip, recipient, recipient_domain, created_at FROM invites
+         WHERE created_at > now() - interval '24 hours'
+         ORDER BY created_at DESC LIMIT $1";
+
 /// Replays the last 24 hours of recorded invites, with their own timestamps, through `rule` in
 /// the in-process limiter.
 pub async fn backtest(pool: &PgPool, rule: &ValidRule) -> Result<Backtest, sqlx::Error> {
-    let mut rows: Vec<BacktestRow> = sqlx::query_as(
-        "SELECT sender_id, sender_ip, recipient, recipient_domain, created_at FROM invites
-         WHERE created_at > now() - interval '24 hours'
-         ORDER BY created_at DESC LIMIT $1",
-    )
-    .bind(BACKTEST_MAX + 1)
-    .fetch_all(pool)
-    .await?;
+    let mut rows: Vec<BacktestRow> = sqlx::query_as(BACKTEST_INVITES)
+        .bind(BACKTEST_MAX + 1)
+        .fetch_all(pool)
+        .await?;
     let truncated = rows.len() as i64 > BACKTEST_MAX;
     rows.truncate(BACKTEST_MAX as usize);
     rows.reverse();

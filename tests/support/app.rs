@@ -59,6 +59,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         key_prefix: super::unique_prefix("app").as_str().to_owned(),
         redis_timeout_ms: 1000,
         global_flush_ms: 200,
+        retention_days: 90,
         listen: "127.0.0.1:0".parse().expect("address"),
         read_timeout_ms: 10_000,
         smtp_url,
