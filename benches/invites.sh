@@ -8,7 +8,9 @@
 #   1. ceiling    pgbench inserting one invite-shaped row per transaction (same table, indexes
 #                 and JSON decision as `invites`), CONNECTIONS clients;
 #   2. saturation wrk, CONNECTIONS connections, realistic traffic (benches/invites.lua);
-#   3. paced      wrk at 1,000 requests/s, for latency at a fixed load.
+#   3. paced      wrk at 1,000 requests/s, for latency at a fixed load;
+#   4. global-hot saturation again with SENDGUARD_GLOBAL_FLUSH_MS=0: the `global` rule counted in
+#                 Redis on every invite (one hot key) instead of in process and flushed.
 # For each phase it prints throughput, latency and the CPU share (of all cores) used by
 # sendguard, PostgreSQL, Redis and the load generator, then what one invite costs.
 set -euo pipefail
@@ -37,22 +39,31 @@ key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
 mail=$(mktemp -d)
 pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
 
-DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix \
-  SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
-  $bin serve >/dev/null 2>"$mail.log" &
-serve_pid=$!
-cleanup() {
+# `serve` with global rules flushed every $1 ms (0: every invite counts in Redis).
+serve_pid=
+start_serve() {
+  DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix SENDGUARD_GLOBAL_FLUSH_MS=$1 \
+    SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
+    $bin serve >/dev/null 2>>"$mail.log" &
+  serve_pid=$!
+  for _ in $(seq 1 100); do
+    curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  cat "$mail.log" >&2
+  exit 1
+}
+stop_serve() {
   kill "$serve_pid" 2>/dev/null || true
   wait "$serve_pid" 2>/dev/null || true
+}
+cleanup() {
+  stop_serve
   redis-cli -u "$redis_url" --scan --pattern "$prefix:*" | xargs -r -n 500 redis-cli -u "$redis_url" unlink >/dev/null
   rm -rf "$mail" "$mail.log"
 }
 trap cleanup EXIT
-for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$mail.log" >&2; exit 1; }
+start_serve 200
 
 # CPU ticks (user + system) of a process; of PostgreSQL, every backend plus what the postmaster
 # reaped from backends that exited during the phase.
@@ -109,7 +120,12 @@ export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
 sat_out=$(CONNECTIONS=$conns measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 after=$(pgsql -c "SELECT count(*) FROM invites")
 paced_out=$(RATE=1000 CONNECTIONS=20 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+# 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
+stop_serve
+start_serve 0
+exact_out=$(CONNECTIONS=$conns measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 
+exact=$(grep '^RESULT' <<<"$exact_out")
 sat=$(grep '^RESULT' <<<"$sat_out")
 paced=$(grep '^RESULT' <<<"$paced_out")
 sat_rps=$(field rps "$sat")
@@ -123,6 +139,11 @@ printf '%-11s %11.0f %9.2f %8s %8s %9s %9s   %s\n' saturation "$sat_rps" "$(echo
 printf '%-11s %11.0f %9s %8s %8s %9s %9s   %s\n' "paced@1000" "$(field rps "$paced")" - \
   "$(field p50_ms "$paced")" "$(field p99_ms "$paced")" "$(field p999_ms "$paced")" "$(field non2xx_or_errors "$paced")" \
   "$(grep '^CPU' <<<"$paced_out" | sed 's/^CPU //')"
+
+exact_rps=$(field rps "$exact")
+printf '%-11s %11.0f %9.2f %8s %8s %9s %9s   %s\n' "global-hot" "$exact_rps" "$(echo "$exact_rps / $ceiling" | bc -l)" \
+  "$(field p50_ms "$exact")" "$(field p99_ms "$exact")" "$(field p999_ms "$exact")" "$(field non2xx_or_errors "$exact")" \
+  "$(grep '^CPU' <<<"$exact_out" | sed 's/^CPU //')"
 
 # What one invite costs: Redis bytes per active sender, Postgres bytes per invite, CPU per 1,000.
 invites=$(pgsql -c "SELECT count(*) FROM invites")

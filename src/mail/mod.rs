@@ -259,73 +259,76 @@ impl Outbox {
                 (invite, result)
             });
         }
+        let mut sent = Vec::with_capacity(n);
         while let Some(joined) = sends.join_next().await {
             let Ok((invite, result)) = joined else {
                 continue; // a panicked send leaves its lease to expire: the invite is retried
             };
-            self.record(&invite, result).await?;
+            match result {
+                Ok(()) => sent.push(invite.id),
+                Err(e) => self.failed(&invite, e).await?,
+            }
+        }
+        // The round's deliveries are marked in one statement: one commit per round instead of
+        // one per invite. An instance dying before it leaves them to be sent again after the
+        // lease (at-least-once; the Message-ID stays the same).
+        if !sent.is_empty() {
+            self.smtp.recovered();
+            self.metrics.add(
+                "sendguard_invites_total",
+                &[("status", "sent")],
+                sent.len() as u64,
+            );
+            sqlx::query(
+                "UPDATE invites SET status = 'sent', sent_at = now(), attempts = attempts + 1,
+                     last_error = NULL, next_attempt_at = NULL,
+                     claimed_by = NULL, claimed_until = NULL
+                 WHERE id = ANY($1) AND claimed_by = $2",
+            )
+            .bind(&sent)
+            .bind(&self.worker_id)
+            .execute(&self.pool)
+            .await?;
         }
         Ok(n)
     }
 
-    async fn record(
-        &self,
-        invite: &Outgoing,
-        result: Result<(), MailError>,
-    ) -> Result<(), sqlx::Error> {
-        match result {
-            Ok(()) => {
-                self.smtp.recovered();
-                self.metrics
-                    .count("sendguard_invites_total", &[("status", "sent")]);
-                sqlx::query(
-                    "UPDATE invites SET status = 'sent', sent_at = now(), attempts = attempts + 1,
-                         last_error = NULL, next_attempt_at = NULL,
-                         claimed_by = NULL, claimed_until = NULL
-                     WHERE id = $1 AND claimed_by = $2",
-                )
-                .bind(invite.id)
-                .bind(&self.worker_id)
-                .execute(&self.pool)
-                .await?;
-            }
-            Err(e) => {
-                let attempts = invite.attempts + 1;
-                let give_up = e.is_permanent() || attempts >= self.settings.max_attempts;
-                let delay = backoff(self.settings.retry_base, attempts);
-                self.metrics.count("sendguard_smtp_failures_total", &[]);
-                self.metrics
-                    .count("sendguard_dependency_errors_total", &[("kind", "smtp")]);
-                if give_up {
-                    self.metrics
-                        .count("sendguard_invites_total", &[("status", "failed")]);
-                }
-                if !e.is_permanent() {
-                    self.smtp.failed(&e);
-                }
-                if give_up {
-                    tracing::warn!(invite = %invite.id, attempts, error = %e, "invite failed for good");
-                } else {
-                    tracing::debug!(invite = %invite.id, attempts, error = %e, "delivery failed");
-                }
-                sqlx::query(
-                    "UPDATE invites SET attempts = $3, last_error = $4,
-                         status = CASE WHEN $5 THEN 'failed' ELSE status END,
-                         next_attempt_at = CASE WHEN $5 THEN NULL
-                             ELSE now() + make_interval(secs => $6) END,
-                         claimed_by = NULL, claimed_until = NULL
-                     WHERE id = $1 AND claimed_by = $2",
-                )
-                .bind(invite.id)
-                .bind(&self.worker_id)
-                .bind(attempts)
-                .bind(e.to_string())
-                .bind(give_up)
-                .bind(delay.as_secs_f64())
-                .execute(&self.pool)
-                .await?;
-            }
+    /// Schedules a failed delivery again with backoff, or gives up on it.
+    async fn failed(&self, invite: &Outgoing, e: MailError) -> Result<(), sqlx::Error> {
+        let attempts = invite.attempts + 1;
+        let give_up = e.is_permanent() || attempts >= self.settings.max_attempts;
+        let delay = backoff(self.settings.retry_base, attempts);
+        self.metrics.count("sendguard_smtp_failures_total", &[]);
+        self.metrics
+            .count("sendguard_dependency_errors_total", &[("kind", "smtp")]);
+        if give_up {
+            self.metrics
+                .count("sendguard_invites_total", &[("status", "failed")]);
         }
+        if !e.is_permanent() {
+            self.smtp.failed(&e);
+        }
+        if give_up {
+            tracing::warn!(invite = %invite.id, attempts, error = %e, "invite failed for good");
+        } else {
+            tracing::debug!(invite = %invite.id, attempts, error = %e, "delivery failed");
+        }
+        sqlx::query(
+            "UPDATE invites SET attempts = $3, last_error = $4,
+                 status = CASE WHEN $5 THEN 'failed' ELSE status END,
+                 next_attempt_at = CASE WHEN $5 THEN NULL
+                     ELSE now() + make_interval(secs => $6) END,
+                 claimed_by = NULL, claimed_until = NULL
+             WHERE id = $1 AND claimed_by = $2",
+        )
+        .bind(invite.id)
+        .bind(&self.worker_id)
+        .bind(attempts)
+        .bind(e.to_string())
+        .bind(give_up)
+        .bind(delay.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 }
