@@ -2,8 +2,9 @@
 --
 -- Many senders (SENDERS, default 20,000) invite recipients drawn from a smaller pool (RECIPIENTS,
 -- default 5,000) so some addresses repeat; 2% of requests come from five spammers far over their
--- hourly limit. RATE > 0 paces the whole run at that many requests per second: each connection
--- waits between requests, and every thread corrects the wait once a second from what it achieved.
+-- hourly limit. RATE > 0 paces the whole run at that many requests per second: each thread hands
+-- out send times on a fixed schedule (RATE / WRK_THREADS per second), and a request whose time
+-- has passed goes at once, so slow answers do not lower the rate.
 
 local key = os.getenv("SENDGUARD_API_KEY") or error("SENDGUARD_API_KEY is not set")
 local senders = tonumber(os.getenv("SENDERS") or "20000")
@@ -15,7 +16,6 @@ wrk.path = "/api/v1/invites"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer " .. key
 
-local connections = tonumber(os.getenv("CONNECTIONS") or "1")
 local thread_count = tonumber(os.getenv("WRK_THREADS") or "1")
 local next_id = 0
 
@@ -24,19 +24,35 @@ function setup(thread)
   thread:set("id", next_id)
 end
 
-local interval_ms, per_thread_rate, second, answered = 0, 0, 0, 0
+local ffi = require("ffi")
+ffi.cdef[[
+  typedef struct { long tv_sec; long tv_nsec; } timespec;
+  int clock_gettime(int clock, timespec *ts);
+]]
+local ts = ffi.new("timespec")
+local function now_ms()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+
+local step_ms, next_ms = 0, 0
 
 function init(args)
   math.randomseed(os.time() * 1000 + (id or 0))
   if rate > 0 then
-    per_thread_rate = rate / thread_count
-    interval_ms = connections * 1000 / rate
-    second = os.time()
+    step_ms = 1000 * thread_count / rate
+    next_ms = now_ms()
   end
 end
 
 function delay()
-  return interval_ms
+  if step_ms == 0 then
+    return 0
+  end
+  local slot = next_ms
+  next_ms = next_ms + step_ms
+  local wait = slot - now_ms()
+  return wait > 0 and wait or 0
 end
 
 function request()
@@ -51,20 +67,6 @@ function request()
     sender, math.random(1, recipients), math.random(0, 255), math.random(0, 255),
     math.random(1, 254), math.random(1, 100000))
   return wrk.format(nil, nil, nil, body)
-end
-
-if rate > 0 then
-  function response(status, headers, body)
-    answered = answered + 1
-    local now = os.time()
-    if now > second then
-      local achieved = answered / (now - second)
-      if achieved > 0 then
-        interval_ms = interval_ms * achieved / per_thread_rate
-      end
-      second, answered = now, 0
-    end
-  end
 end
 
 function done(summary, latency, requests)

@@ -36,7 +36,8 @@ bin=./target/release/sendguard
 psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
 DATABASE_URL=$db_url $bin migrate >/dev/null
 key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
-mail=$(mktemp -d)
+# tmpfs when there is one: on ext4, creating files in a busy folder costs more than sending.
+mail=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
 pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
 
 # `serve` with global rules flushed every $1 ms (0: every invite counts in Redis).
@@ -75,11 +76,13 @@ pg_ticks() {
   for pid in $(pgrep -x postgres); do total=$((total + $(ticks "$pid"))); done
   echo $((total + $(awk '{print $16 + $17}' "/proc/$postmaster/stat")))
 }
-# Runs a load command and prints "seconds sendguard postgres redis load" CPU shares (0-1 of
-# all cores) on its last line, after the command's own output.
+# Busy ticks of the whole machine (all cores), from /proc/stat.
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Runs a load command and prints the CPU shares (0-1 of all cores) of sendguard, PostgreSQL,
+# Redis, the load generator and the whole machine on its last line, after the command's output.
 measured() {
-  local s0 p0 r0 l0 t0 t1 load_pid
-  s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); t0=$(date +%s.%N)
+  local s0 p0 r0 b0 t0 t1 load_pid
+  s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); b0=$(busy_ticks); t0=$(date +%s.%N)
   "$@" &
   load_pid=$!
   local l=0
@@ -91,7 +94,8 @@ measured() {
   t1=$(date +%s.%N)
   awk -v t="$(echo "$t1 - $t0" | bc)" -v hz="$hz" -v n="$cores" \
     -v s=$(($(ticks "$serve_pid") - s0)) -v p=$(($(pg_ticks) - p0)) -v r=$(($(ticks "$redis_pid") - r0)) -v l="$l" \
-    'BEGIN { c = t * hz * n; printf "CPU sendguard=%.2f postgres=%.2f redis=%.2f load=%.2f\n", s / c, p / c, r / c, l / c }'
+    -v b=$(($(busy_ticks) - b0)) \
+    'BEGIN { c = t * hz * n; printf "CPU sendguard=%.2f postgres=%.2f redis=%.2f load=%.2f machine=%.2f\n", s / c, p / c, r / c, l / c, b / c }'
 }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -n 1; }
 
@@ -117,13 +121,13 @@ pgsql -c "DROP TABLE ceiling"
 # 2. Saturation, then 3. a fixed 1,000 requests/s.
 before=$(pgsql -c "SELECT count(*) FROM invites")
 export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
-sat_out=$(CONNECTIONS=$conns measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+sat_out=$(measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 after=$(pgsql -c "SELECT count(*) FROM invites")
-paced_out=$(RATE=1000 CONNECTIONS=20 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
 stop_serve
 start_serve 0
-exact_out=$(CONNECTIONS=$conns measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+exact_out=$(measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 
 exact=$(grep '^RESULT' <<<"$exact_out")
 sat=$(grep '^RESULT' <<<"$sat_out")
@@ -155,13 +159,13 @@ while read -r k; do
   if [ $((keys % 50)) -eq 1 ]; then
     redis_bytes=$((redis_bytes + $(redis-cli -u "$redis_url" memory usage "$k")))
   fi
-done < <(redis-cli -u "$redis_url" --scan --pattern "$prefix:{sender:*")
+done < <(redis-cli -u "$redis_url" --scan --pattern "$prefix:*")
 sampled=$(((keys + 49) / 50))
 sat_cpu=$(grep '^CPU' <<<"$sat_out")
 echo
 echo "invites recorded: $invites ($((after - before)) in the saturation phase), senders: $senders"
 echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
-echo "redis bytes per active sender (sender-scope keys, 1 in 50 sampled): $((redis_bytes / (sampled > 0 ? sampled : 1) * keys / (senders > 0 ? senders : 1)))"
+echo "redis bytes per active sender (all counter keys: sender, IP, recipient, global; 1 in 50 sampled): $((redis_bytes / (sampled > 0 ? sampled : 1) * keys / (senders > 0 ? senders : 1)))"
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
   'BEGIN { printf "cpu ms per 1,000 invites at saturation: sendguard %.0f, postgres %.0f, redis %.0f\n", s * n * 1e6 / rps, p * n * 1e6 / rps, r * n * 1e6 / rps }'
