@@ -57,7 +57,7 @@ impl From<InviteError> for ApiError {
             InviteError::Unavailable(reason) => ApiError::Unavailable(reason),
             // The invite was not recorded: say so, never 200. The outage itself is logged
             // once, where it is detected.
-            InviteError::Db(_) | InviteError::Limiter(_) => {
+            InviteError::Db(_) | InviteError::Limiter(_) | InviteError::StateChanged(_) => {
                 tracing::debug!(error = %e, "invite not recorded");
                 ApiError::Unavailable("the invite could not be recorded; retry later".into())
             }

@@ -53,7 +53,7 @@ impl GlobalCounts {
     /// Counts one invite under a global rule and decides on everyone's count as known here.
     pub fn count(&self, key: &LimitKey, quota: &Quota) -> Decision {
         let mut entries = self.entries();
-        let entry = entries.entry(key.clone()).or_insert(Entry {
+        let entry = entries.entry(key.clone()).or_insert_with(|| Entry {
             quota: *quota,
             pending: 0,
             flushed: 0,
@@ -61,18 +61,14 @@ impl GlobalCounts {
         });
         // A rule edited in place keeps its counts (the key names the window and algorithm).
         entry.quota = *quota;
-        let count = entry.flushed + entry.pending + 1;
-        let allowed = count <= quota.limit;
+        let allowed = entry.flushed + entry.pending < quota.limit;
         if allowed || quota.count_over_limit {
             entry.pending += 1;
         }
+        let count = entry.flushed + entry.pending;
         Decision {
             allowed,
-            count: if allowed || quota.count_over_limit {
-                count
-            } else {
-                count - 1
-            },
+            count,
             limit: quota.limit,
             remaining: quota.limit.saturating_sub(count),
             // Only the flush learns when the window frees up; one interval is the honest answer.

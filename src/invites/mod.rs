@@ -25,8 +25,8 @@ macro_rules! insert_invite {
         "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain,
              sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
              idempotency_key, request_hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-             CASE WHEN $10 = 'queued' THEN now() END, $12, $13)"
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+             CASE WHEN $10 = 'queued' THEN now() END, $12, $13"
     };
 }
 
@@ -107,6 +107,9 @@ pub enum InviteError {
     IdempotencyConflict,
     #[error("{0}")]
     Unavailable(String),
+    /// The sender's state changed after the verdict was made; decide again with this one.
+    #[error("the sender's state changed to {}", .0.as_str())]
+    StateChanged(SenderState),
 }
 
 /// One request to send an invite.
@@ -145,6 +148,7 @@ struct Decided {
 }
 
 /// A rule checked for this invite, with its answer.
+#[derive(Clone)]
 struct Checked {
     rule: Rule,
     decision: Decision,
@@ -159,62 +163,85 @@ impl InviteService {
             return Ok(Outcome::Accepted(id));
         }
         let invite = &sub.invite;
-        let state = self.senders.get(&self.pool, &invite.sender_id).await?;
-        let Decided {
-            status,
-            decision,
-            breach,
-            rejection,
-        } = match self.decide(invite, state, None).await {
-            Ok(decided) => decided,
-            Err(InviteError::Limiter(e)) => self.without_redis(&e)?,
-            Err(e) => return Err(e),
-        };
-        if let Some(r) = rejection {
-            return Ok(Outcome::Rejected(r));
-        }
-
-        let id = Uuid::new_v4();
-        let started = std::time::Instant::now();
-        let recorded = self
-            .record(&sub, id, &request_hash, status, &decision, breach.as_ref())
-            .await;
-        match &recorded {
-            Ok(_) => {
-                self.postgres.recovered();
-                self.metrics
-                    .observe("sendguard_postgres_seconds", &[], started.elapsed());
-                self.metrics
-                    .count("sendguard_invites_total", &[("status", status.as_str())]);
+        let mut state = self.senders.get(&self.pool, &invite.sender_id).await?;
+        // The rules count an invite once. When the sender's state turns out to have changed
+        // since this instance cached it, the verdict is derived again from the same answers.
+        let mut checked: Option<Result<Vec<Checked>, LimiterError>> = None;
+        for _ in 0..3 {
+            let decided = if state == SenderState::Trusted {
+                trusted()
+            } else {
+                let answers = match checked.take() {
+                    Some(answers) => answers,
+                    None => match self.check_rules(invite, None).await {
+                        Ok(c) => Ok(c),
+                        Err(InviteError::Limiter(e)) => Err(e),
+                        Err(e) => return Err(e),
+                    },
+                };
+                let decided = match &answers {
+                    Ok(c) => verdict(c, state),
+                    Err(e) => self.without_redis(e)?,
+                };
+                checked = Some(answers);
+                decided
+            };
+            if let Some(r) = decided.rejection {
+                return Ok(Outcome::Rejected(r));
             }
-            Err(InviteError::Db(e)) => {
-                self.postgres.failed(e);
-                self.metrics
-                    .count("sendguard_dependency_errors_total", &[("kind", "postgres")]);
+            let id = Uuid::new_v4();
+            let started = std::time::Instant::now();
+            let recorded = self.record(&sub, id, &request_hash, state, &decided).await;
+            match &recorded {
+                Err(InviteError::StateChanged(now)) => {
+                    self.senders.forget(&invite.sender_id);
+                    state = *now;
+                    continue;
+                }
+                Ok(_) => {
+                    self.postgres.recovered();
+                    self.metrics
+                        .observe("sendguard_postgres_seconds", &[], started.elapsed());
+                    self.metrics.count(
+                        "sendguard_invites_total",
+                        &[("status", decided.status.as_str())],
+                    );
+                }
+                Err(InviteError::Db(e)) => {
+                    self.postgres.failed(e);
+                    self.metrics
+                        .count("sendguard_dependency_errors_total", &[("kind", "postgres")]);
+                }
+                Err(_) => {}
             }
-            Err(_) => {}
+            return recorded;
         }
-        recorded
+        Err(InviteError::Unavailable(
+            "the sender's state keeps changing; retry shortly".into(),
+        ))
     }
 
-    /// Writes the invite (and the flag of a breach) in one transaction. The common case, an
-    /// invite with no breach and no held slot to take, is one statement: one round trip.
+    /// Writes the invite (and the flag of a breach) in one transaction, provided the sender is
+    /// still in the `state` the verdict was made for: the cached state is a hint, the table
+    /// decides at commit (`StateChanged` otherwise). The common case, an invite with no breach
+    /// and no held slot to take, is one statement: one round trip.
     async fn record(
         &self,
         sub: &Submission<'_>,
         id: Uuid,
         request_hash: &[u8],
-        status: Status,
-        decision: &serde_json::Value,
-        breach: Option<&Checked>,
+        state: SenderState,
+        decided: &Decided,
     ) -> Result<Outcome, InviteError> {
         let invite = &sub.invite;
-        if breach.is_none() && status != Status::Held {
+        let (status, decision) = (decided.status, &decided.decision);
+        if decided.breach.is_none() && status != Status::Held {
             let inserted = bind_invite(
                 sqlx::query(concat!(
                     "WITH sender AS (INSERT INTO senders (id) VALUES ($3)
-                         ON CONFLICT (id) DO UPDATE SET last_seen_at = now()) ",
-                    insert_invite!()
+                         ON CONFLICT (id) DO UPDATE SET last_seen_at = now() RETURNING state) ",
+                    insert_invite!(),
+                    " FROM sender WHERE sender.state = $14"
                 )),
                 sub,
                 id,
@@ -222,19 +249,27 @@ impl InviteService {
                 status,
                 decision,
             )
+            .bind(state.as_str())
             .execute(&self.pool)
             .await;
+            if matches!(&inserted, Ok(done) if done.rows_affected() == 0) {
+                return Err(self.state_changed(&invite.sender_id).await);
+            }
             return self.inserted(inserted, sub, id, request_hash).await;
         }
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let stored: String = sqlx::query_scalar(
             "INSERT INTO senders (id) VALUES ($1)
-             ON CONFLICT (id) DO UPDATE SET last_seen_at = now()",
+             ON CONFLICT (id) DO UPDATE SET last_seen_at = now() RETURNING state",
         )
         .bind(&invite.sender_id)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        if let Some(b) = breach {
+        if stored != state.as_str() {
+            drop(tx);
+            return Err(self.state_changed(&invite.sender_id).await);
+        }
+        if let Some(b) = &decided.breach {
             flag(&mut tx, &invite.sender_id, b).await?;
         }
         if status == Status::Held && !self.take_held_slot(&mut tx, &invite.sender_id).await? {
@@ -257,11 +292,28 @@ impl InviteService {
             return self.inserted(inserted, sub, id, request_hash).await;
         }
         tx.commit().await?;
-        if breach.is_some() {
+        if decided.breach.is_some() {
             // Every instance hears of the new state from the trigger; this one at once.
             self.senders.forget(&invite.sender_id);
         }
         Ok(Outcome::Accepted(id))
+    }
+
+    /// The sender's state as stored now, as the error that makes the caller decide again.
+    async fn state_changed(&self, sender_id: &str) -> InviteError {
+        let stored: Result<Option<String>, sqlx::Error> =
+            sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
+                .bind(sender_id)
+                .fetch_optional(&self.pool)
+                .await;
+        match stored {
+            Ok(state) => InviteError::StateChanged(
+                state
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(SenderState::Active),
+            ),
+            Err(e) => e.into(),
+        }
     }
 
     /// The answer to an invite insert. When the same Idempotency-Key raced in from another
@@ -297,53 +349,10 @@ impl InviteService {
         at_ms: Option<u64>,
     ) -> Result<Decided, InviteError> {
         if state == SenderState::Trusted {
-            return Ok(Decided {
-                status: Status::Queued,
-                decision: json!({"reason": "trusted"}),
-                breach: None,
-                rejection: None,
-            });
+            return Ok(trusted());
         }
         let checked = self.check_rules(invite, at_ms).await?;
-        let strongest = checked
-            .iter()
-            .filter(|c| !c.decision.allowed)
-            .map(|c| c.rule.action)
-            .max();
-        let mut decision = decision_record(&checked, strongest);
-        if strongest == Some(Action::Reject)
-            && let Some(r) = rejection(&checked)
-        {
-            return Ok(Decided {
-                status: Status::Suppressed,
-                decision,
-                breach: None,
-                rejection: Some(r),
-            });
-        }
-        if state.holds_invites() {
-            decision["reason"] = json!(format!("sender_{}", state.as_str()));
-            return Ok(Decided {
-                status: Status::Held,
-                decision,
-                breach: None,
-                rejection: None,
-            });
-        }
-        let status = match strongest {
-            Some(Action::ShadowBan) => Status::Held,
-            Some(Action::Suppress) => Status::Suppressed,
-            _ => Status::Queued,
-        };
-        let breach = checked
-            .into_iter()
-            .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan);
-        Ok(Decided {
-            status,
-            decision,
-            breach,
-            rejection: None,
-        })
+        Ok(verdict(&checked, state))
     }
 
     /// What an invite becomes while Redis cannot be asked, by the configured policy.
@@ -590,6 +599,60 @@ type DeferredRow = (
     Option<String>,
     chrono::DateTime<chrono::Utc>,
 );
+
+/// A trusted sender's invite: no rule is checked.
+fn trusted() -> Decided {
+    Decided {
+        status: Status::Queued,
+        decision: json!({"reason": "trusted"}),
+        breach: None,
+        rejection: None,
+    }
+}
+
+/// The verdict of the checked rules on an invite from a sender in `state` (not trusted).
+fn verdict(checked: &[Checked], state: SenderState) -> Decided {
+    let strongest = checked
+        .iter()
+        .filter(|c| !c.decision.allowed)
+        .map(|c| c.rule.action)
+        .max();
+    let mut decision = decision_record(checked, strongest);
+    if strongest == Some(Action::Reject)
+        && let Some(r) = rejection(checked)
+    {
+        return Decided {
+            status: Status::Suppressed,
+            decision,
+            breach: None,
+            rejection: Some(r),
+        };
+    }
+    if state.holds_invites() {
+        decision["reason"] = json!(format!("sender_{}", state.as_str()));
+        return Decided {
+            status: Status::Held,
+            decision,
+            breach: None,
+            rejection: None,
+        };
+    }
+    let status = match strongest {
+        Some(Action::ShadowBan) => Status::Held,
+        Some(Action::Suppress) => Status::Suppressed,
+        _ => Status::Queued,
+    };
+    let breach = checked
+        .iter()
+        .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan)
+        .cloned();
+    Decided {
+        status,
+        decision,
+        breach,
+        rejection: None,
+    }
+}
 
 /// Why an invite got its status: each rule checked, its count, limit and outcome.
 fn decision_record(checked: &[Checked], action: Option<Action>) -> serde_json::Value {

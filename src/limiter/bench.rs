@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Algorithm, Check, KeyPrefix, LimiterError, Quota, RedisSettings, RedisStore};
+use super::{
+    Algorithm, Check, KeyPrefix, LimiterError, Quota, RedisSettings, RedisStore, RedisTarget,
+};
 use crate::limiter::simulate::to_table;
 
 #[derive(Debug, Clone)]
@@ -46,6 +48,12 @@ enum Work {
 const ROUNDS: u32 = 5;
 
 pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
+    // PING, MEMORY USAGE and the SCAN that removes the bench's keys each reach one node.
+    if matches!(RedisTarget::parse(&cfg.redis.url)?, RedisTarget::Cluster(_)) {
+        return Err(LimiterError::Config(
+            "bench limiter measures one Redis server, not a cluster".into(),
+        ));
+    }
     let prefix = KeyPrefix::new(&format!("sgbench{}", std::process::id()))
         .map_err(LimiterError::InvalidQuota)?;
     let mut stores = Vec::with_capacity(cfg.clients);

@@ -106,17 +106,17 @@ impl RedisConnection {
     /// Sends independent commands and answers one result per command, in order. A single server
     /// gets them as one pipeline; a cluster gets them concurrently, since the keys of different
     /// subjects live in different slots and a pipeline may only touch one.
-    pub async fn send_all(&self, cmds: &[Cmd]) -> RedisResult<Vec<RedisResult<Value>>> {
+    pub async fn send_all(&self, cmds: Vec<Cmd>) -> RedisResult<Vec<RedisResult<Value>>> {
         match self {
             RedisConnection::Single(conn) => {
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
                 for cmd in cmds {
-                    pipe.add_command(cmd.clone());
+                    pipe.add_command(cmd);
                 }
                 pipe.query_async(&mut conn.clone()).await
             }
-            RedisConnection::Cluster(conn) => Ok(join_all(cmds.iter().map(|cmd| {
+            RedisConnection::Cluster(conn) => Ok(join_all(cmds.into_iter().map(|cmd| {
                 let mut conn = conn.clone();
                 async move { cmd.query_async::<Value>(&mut conn).await }
             }))

@@ -172,7 +172,7 @@ impl RedisStore {
             .iter()
             .map(|check| self.command(check, at_ms, false))
             .collect();
-        let mut replies = self.conn.send_all(&cmds).await?;
+        let mut replies = self.conn.send_all(cmds).await?;
 
         let missing: Vec<usize> = replies
             .iter()
@@ -185,7 +185,7 @@ impl RedisStore {
                 .iter()
                 .map(|&n| self.command(&checks[n], at_ms, true))
                 .collect();
-            let retried = self.conn.send_all(&again).await?;
+            let retried = self.conn.send_all(again).await?;
             for (n, reply) in missing.into_iter().zip(retried) {
                 replies[n] = reply;
             }
@@ -235,7 +235,7 @@ impl RedisStore {
             }
             cmds.push(del);
         }
-        for reply in self.conn.send_all(&cmds).await? {
+        for reply in self.conn.send_all(cmds).await? {
             reply?;
         }
         Ok(())
