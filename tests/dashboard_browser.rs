@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
+use support::api::Api;
 use support::app::{Stage, api_key};
 use support::browser::Browser;
 
@@ -33,17 +34,11 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
         .await
         .expect("admin");
     let base = stage.base();
-    let key = api_key(pool).await;
-    let api = reqwest::Client::new();
+    let api = Api::new(base.clone(), api_key(pool).await);
     let invite = |sender: String, recipient: String| {
-        let request = api
-            .post(format!("{base}/api/v1/invites"))
-            .bearer_auth(&key)
-            .json(&json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}))
-            .send();
+        let request = api.invite(json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}));
         async move {
-            let resp = request.await.expect("invite");
-            assert_eq!(resp.status(), StatusCode::OK);
+            assert_eq!(request.await.status(), StatusCode::OK);
         }
     };
     let settle = || stage.settle();

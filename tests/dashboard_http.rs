@@ -4,7 +4,7 @@
 mod support;
 
 use reqwest::StatusCode;
-use serde_json::json;
+use support::api::Api;
 use support::app::{self as app, api_key, config, migrated};
 use support::dashboard::{self, hidden};
 
@@ -14,7 +14,7 @@ const PASSWORD: &str = "correct horse battery";
 struct Stage {
     inner: app::Stage,
     base: String,
-    key: String,
+    api: Api,
 }
 
 impl std::ops::Deref for Stage {
@@ -36,7 +36,7 @@ impl Stage {
             .expect("admin");
         Stage {
             base: inner.base(),
-            key: api_key(&inner.pool).await,
+            api: Api::new(inner.base(), api_key(&inner.pool).await),
             inner,
         }
     }
@@ -59,14 +59,7 @@ impl Stage {
     }
 
     async fn invite(&self, sender: &str, recipient: &str) {
-        let resp = reqwest::Client::new()
-            .post(format!("{}/api/v1/invites", self.base))
-            .bearer_auth(&self.key)
-            .json(&json!({"sender_id": sender, "recipient": recipient}))
-            .send()
-            .await
-            .expect("invite");
-        assert_eq!(resp.status(), StatusCode::OK);
+        self.api.accepted(sender, recipient).await;
     }
 
     async fn finish(self) {

@@ -7,34 +7,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use support::api::Api;
 use support::app::{Stage, api_key, config, migrated, queued, wait_for};
 use support::smtp::SmtpSink;
-
-struct Api {
-    base: String,
-    key: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    async fn new(addr: std::net::SocketAddr, pool: &PgPool) -> Api {
-        Api {
-            base: format!("http://{addr}"),
-            key: api_key(pool).await,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn invite(&self, body: Value) -> reqwest::Response {
-        self.http
-            .post(format!("{}/api/v1/invites", self.base))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .await
-            .expect("request")
-    }
-}
 
 /// Waits until the outbox has nothing left to send and the sink has `expected` messages, then a
 /// little longer, so a late extra message would still be seen.
@@ -65,7 +40,7 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
     )
     .await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
-    let api = Api::new(app.addr, pool).await;
+    let api = Api::new(format!("http://{}", app.addr), api_key(pool).await);
 
     let mut answers = Vec::new();
     for n in 0..8 {
@@ -160,7 +135,7 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
 async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
     let stage = Stage::start("suppress", &[]).await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
-    let api = Api::new(app.addr, pool).await;
+    let api = Api::new(format!("http://{}", app.addr), api_key(pool).await);
     for n in 0..4 {
         let resp = api
             .invite(json!({"sender_id": format!("s{n}"), "recipient": "popular@example.com"}))
@@ -205,7 +180,7 @@ async fn a_reject_rule_answers_429_with_its_headers() {
     )
     .await;
     let (pool, app) = (&stage.pool, &stage.app);
-    let api = Api::new(app.addr, pool).await;
+    let api = Api::new(format!("http://{}", app.addr), api_key(pool).await);
     for n in 0..2 {
         let resp = api
             .invite(json!({"sender_id": format!("ip{n}"), "recipient": format!("x{n}@example.com"), "sender_ip": "203.0.113.9"}))
@@ -257,8 +232,8 @@ async fn a_reject_rule_answers_429_with_its_headers() {
 async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
     let stage = Stage::start("badinput", &[]).await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
-    let api = Api::new(app.addr, pool).await;
-    let url = format!("{}/api/v1/invites", api.base);
+    let api = Api::new(format!("http://{}", app.addr), api_key(pool).await);
+    let url = api.url();
     let long = |n: usize| "x".repeat(n);
     let ok = json!({"sender_id": "u", "recipient": "a@example.com"});
     let with = |field: &str, value: Value| {
@@ -431,8 +406,8 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
 async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
     let stage = Stage::start("idempotency", &[]).await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
-    let api = Api::new(app.addr, pool).await;
-    let url = format!("{}/api/v1/invites", api.base);
+    let api = Api::new(format!("http://{}", app.addr), api_key(pool).await);
+    let url = api.url();
     let body = json!({"sender_id": "u_idem", "recipient": "once@example.com"});
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -472,7 +447,7 @@ async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
     let app = sendguard::start(&config(&db, Some(format!("smtp://127.0.0.1:{port}"))))
         .await
         .expect("start");
-    let api = Api::new(app.addr, &pool).await;
+    let api = Api::new(format!("http://{}", app.addr), api_key(&pool).await);
     for n in 0..3 {
         let resp = api
             .invite(
@@ -511,18 +486,25 @@ async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
     db.drop_db().await;
 }
 
-/// A global rule is counted in process and flushed to Redis: one instance decides exactly, and
-/// the shared key holds the instance's count after a flush.
+/// A global rule is counted in process, not in Redis per invite: one instance decides exactly
+/// on its own count, the shared key learns nothing until a flush, and shutdown flushes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_rule_is_counted_in_process_and_flushed_to_redis() {
     let prefix = support::unique_prefix("global");
     let stage = Stage::start_with(
         "global",
         &["UPDATE rules SET limit_count = 5, action = 'suppress' WHERE name = 'global-minute'"],
-        |cfg| cfg.key_prefix = prefix.as_str().to_owned(),
+        |cfg| {
+            cfg.key_prefix = prefix.as_str().to_owned();
+            // No periodic flush within the test: only the one at start and the one at shutdown.
+            cfg.global_flush_ms = 600_000;
+        },
     )
     .await;
-    let api = Api::new(stage.app.addr, &stage.pool).await;
+    let api = Api::new(
+        format!("http://{}", stage.app.addr),
+        api_key(&stage.pool).await,
+    );
     for n in 0..8 {
         let resp = api
             .invite(json!({"sender_id": format!("g{n}"), "recipient": format!("g{n}@example.com")}))
@@ -543,13 +525,22 @@ async fn a_global_rule_is_counted_in_process_and_flushed_to_redis() {
     );
     let key = prefix.key("global", "global-minute", &quota);
     let limiter = sendguard::limiter::Limiter::Redis(support::redis_store().await);
-    let flushed = wait_for(Duration::from_secs(2), || async {
+    let shared = || async {
         limiter
             .check(&key, &quota, 0, None)
             .await
-            .is_ok_and(|d| d.count == 5)
-    })
-    .await;
-    assert!(flushed, "the five admitted invites reached the shared key");
+            .expect("read the shared key")
+            .count
+    };
+    assert_eq!(
+        shared().await,
+        0,
+        "no invite went to the shared key one by one"
+    );
     stage.finish().await;
+    assert_eq!(
+        shared().await,
+        5,
+        "shutdown flushed the five admitted invites"
+    );
 }

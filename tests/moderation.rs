@@ -5,18 +5,17 @@ mod support;
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
 use sendguard::rules::RuleCache;
-use serde_json::json;
+use support::api::Api;
 use support::app::{self as app, api_key, queued, wait_for};
 
 /// A running instance with `sender-hourly` at 3, and what a reviewer needs to act on it.
 struct Stage {
     inner: app::Stage,
-    key: String,
+    api: Api,
     limiter: Limiter,
     prefix: KeyPrefix,
     rules: RuleCache,
@@ -39,7 +38,7 @@ impl Stage {
         )
         .await;
         Stage {
-            key: api_key(&inner.pool).await,
+            api: Api::new(inner.base(), api_key(&inner.pool).await),
             limiter: Limiter::Redis(support::redis_store().await),
             rules: RuleCache::load(&inner.pool).await.expect("rules"),
             prefix,
@@ -48,14 +47,7 @@ impl Stage {
     }
 
     async fn invite(&self, sender: &str, recipient: &str) {
-        let resp = reqwest::Client::new()
-            .post(format!("http://{}/api/v1/invites", self.app.addr))
-            .bearer_auth(&self.key)
-            .json(&json!({"sender_id": sender, "recipient": recipient}))
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(resp.status(), StatusCode::OK);
+        self.api.accepted(sender, recipient).await;
     }
 
     /// Waits for the outbox to settle; returns the recipients the sink got.

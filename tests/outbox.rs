@@ -7,20 +7,16 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
+use support::api::Api;
 use support::app::{api_key, config, migrated, wait_for};
 use support::smtp::SmtpSink;
 
 async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipient: &str) {
-    let resp = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/invites"))
-        .bearer_auth(key)
-        .json(&json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}))
-        .send()
-        .await
-        .expect("request");
+    let resp = Api::new(format!("http://{addr}"), key)
+        .invite(json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}))
+        .await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
     let (db, pool) = migrated("giveup", &[]).await;

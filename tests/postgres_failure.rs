@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
+use support::api::Api;
 use support::app::{api_key, config, migrated, wait_for};
 use support::proxy::Proxy;
 
@@ -19,18 +20,15 @@ async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
     cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-pgdown-{}", proxy.port));
     let app = sendguard::start(&cfg).await.expect("start");
     let base = format!("http://{}", app.addr);
-    let http = reqwest::Client::new();
-    let invite = |n: u32| {
-        http.post(format!("{base}/api/v1/invites"))
-            .bearer_auth(&key)
-            .json(&json!({"sender_id": "pg", "recipient": format!("p{n}@example.com")}))
-            .send()
-    };
-    assert_eq!(invite(0).await.expect("invite").status(), StatusCode::OK);
+    let api = Api::new(base.clone(), key);
+    let http = &api.http;
+    let invite =
+        |n: u32| api.invite(json!({"sender_id": "pg", "recipient": format!("p{n}@example.com")}));
+    assert_eq!(invite(0).await.status(), StatusCode::OK);
 
     proxy.cut();
     for n in 1..4 {
-        let resp = invite(n).await.expect("invite");
+        let resp = invite(n).await;
         assert_eq!(
             resp.status(),
             StatusCode::SERVICE_UNAVAILABLE,
@@ -62,7 +60,7 @@ async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
 
     proxy.resume().await;
     let back = wait_for(Duration::from_secs(15), || async {
-        invite(9).await.is_ok_and(|r| r.status() == StatusCode::OK)
+        invite(9).await.status() == StatusCode::OK
     })
     .await;
     assert!(back, "the service recovers by itself");

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use support::api::Api;
 use support::app::{Stage, api_key, wait_for};
 use support::redis_cluster::RedisCluster;
 
@@ -21,7 +22,7 @@ async fn decisions_follow_a_slot_that_moves_during_traffic() {
         |cfg| cfg.redis_url = url,
     )
     .await;
-    let key = api_key(&stage.pool).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
 
     // Every key of the sender carries the hash tag `{sender:mover}`.
     let slot: u16 = cluster
@@ -40,19 +41,14 @@ async fn decisions_follow_a_slot_that_moves_during_traffic() {
 
     let answered = Arc::new(AtomicUsize::new(0));
     let traffic = {
-        let (base, answered) = (stage.base(), answered.clone());
+        let (api, answered) = (api.clone(), answered.clone());
         tokio::spawn(async move {
-            let http = reqwest::Client::new();
             let mut statuses = Vec::new();
             for n in 0..90 {
                 let sender = if n % 5 == 4 { "bystander" } else { "mover" };
-                let resp = http
-                    .post(format!("{base}/api/v1/invites"))
-                    .bearer_auth(&key)
-                    .json(&json!({"sender_id": sender, "recipient": format!("r{n}@example.com")}))
-                    .send()
-                    .await
-                    .expect("request");
+                let resp = api
+                    .invite(json!({"sender_id": sender, "recipient": format!("r{n}@example.com")}))
+                    .await;
                 statuses.push(resp.status().as_u16());
                 answered.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(15)).await;

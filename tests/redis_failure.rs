@@ -7,6 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use sendguard::config::RedisPolicy;
 use serde_json::json;
+use support::api::Api;
 use support::app::{Stage, api_key, queued, wait_for};
 use support::redis_server::RedisServer;
 
@@ -35,17 +36,13 @@ async fn deferred_invites_are_checked_once_redis_returns() {
         },
     )
     .await;
-    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
-    let key = api_key(pool).await;
-    let http = reqwest::Client::new();
+    let (pool, sink) = (&stage.pool, &stage.sink);
+    let api = Api::new(stage.base(), api_key(pool).await);
     let invite = |n: u32| {
-        http.post(format!("http://{}/api/v1/invites", app.addr))
-            .bearer_auth(&key)
-            .json(&json!({"sender_id": "steady", "recipient": format!("d{n}@example.com")}))
-            .send()
+        api.invite(json!({"sender_id": "steady", "recipient": format!("d{n}@example.com")}))
     };
     for n in 0..2 {
-        assert_eq!(invite(n).await.expect("invite").status(), StatusCode::OK);
+        assert_eq!(invite(n).await.status(), StatusCode::OK);
     }
     wait_for(Duration::from_secs(10), || async {
         sink.messages().len() == 2
@@ -54,7 +51,7 @@ async fn deferred_invites_are_checked_once_redis_returns() {
 
     redis.kill();
     for n in 2..6 {
-        let resp = invite(n).await.expect("invite");
+        let resp = invite(n).await;
         assert_eq!(resp.status(), StatusCode::OK, "deferred, not refused");
     }
     assert_eq!(
@@ -95,7 +92,7 @@ async fn deferred_invites_are_checked_once_redis_returns() {
             .expect("marked");
     assert_eq!(marked, 4, "each re-checked invite says it was deferred");
     // New invites are checked live again.
-    assert_eq!(invite(6).await.expect("invite").status(), StatusCode::OK);
+    assert_eq!(invite(6).await.status(), StatusCode::OK);
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'held'")
         .fetch_one(pool)
         .await
@@ -115,37 +112,34 @@ async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down()
         cfg.on_redis_error = RedisPolicy::Closed;
     })
     .await;
-    let (pool, app) = (&stage.pool, &stage.app);
-    let key = api_key(pool).await;
-    let http = reqwest::Client::new();
-    let invite = |n: u32| {
-        http.post(format!("http://{}/api/v1/invites", app.addr))
-            .bearer_auth(&key)
-            .json(&json!({"sender_id": "c", "recipient": format!("c{n}@example.com")}))
-            .send()
-    };
-    assert_eq!(invite(0).await.expect("invite").status(), StatusCode::OK);
+    let pool = &stage.pool;
+    let api = Api::new(stage.base(), api_key(pool).await);
+    let invite =
+        |n: u32| api.invite(json!({"sender_id": "c", "recipient": format!("c{n}@example.com")}));
+    assert_eq!(invite(0).await.status(), StatusCode::OK);
     redis.kill();
     for n in 1..4 {
-        let resp = invite(n).await.expect("invite");
+        let resp = invite(n).await;
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(resp.headers().contains_key("retry-after"));
         assert_eq!(resp.headers()["content-type"], "application/problem+json");
     }
-    let ready = http
-        .get(format!("http://{}/readyz", app.addr))
+    let ready = api
+        .http
+        .get(format!("{}/readyz", api.base))
         .send()
         .await
         .expect("readyz");
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     redis.restart().await;
     let back = wait_for(Duration::from_secs(10), || async {
-        invite(9).await.is_ok_and(|r| r.status() == StatusCode::OK)
+        invite(9).await.status() == StatusCode::OK
     })
     .await;
     assert!(back, "the service recovers by itself");
-    let ready = http
-        .get(format!("http://{}/readyz", app.addr))
+    let ready = api
+        .http
+        .get(format!("{}/readyz", api.base))
         .send()
         .await
         .expect("readyz");

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod api;
 pub mod app;
 pub mod browser;
 pub mod dashboard;

@@ -1,0 +1,60 @@
+//! The send-invite API as a client app calls it: a bearer key and JSON bodies.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+#[derive(Clone)]
+pub struct Api {
+    /// `http://host:port` of one instance.
+    pub base: String,
+    pub key: String,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: impl Into<String>, key: impl Into<String>) -> Api {
+        Api {
+            base: base.into(),
+            key: key.into(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The same key at another instance.
+    pub fn at(&self, base: impl Into<String>) -> Api {
+        Api {
+            base: base.into(),
+            ..self.clone()
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}/api/v1/invites", self.base)
+    }
+
+    pub async fn invite(&self, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url())
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// Sends an invite; answers its status and, when accepted, its id.
+    pub async fn send(&self, body: Value) -> (StatusCode, Option<String>) {
+        let resp = self.invite(body).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or_default();
+        (status, body["id"].as_str().map(str::to_owned))
+    }
+
+    /// An invite that must be answered 200.
+    pub async fn accepted(&self, sender: &str, recipient: &str) {
+        let resp = self
+            .invite(json!({"sender_id": sender, "recipient": recipient}))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "invite from {sender}");
+    }
+}
