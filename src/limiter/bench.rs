@@ -44,8 +44,10 @@ enum Work {
     Decide(Algorithm),
 }
 
-/// Rounds each measurement is split into.
-const ROUNDS: u32 = 5;
+/// PING and decisions take turns in rounds this long: on a shared machine the speed of both
+/// drifts within seconds (other tenants' load shows as CPU steal), and short turns make each
+/// ratio compare like with like.
+const ROUND: Duration = Duration::from_millis(200);
 
 pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     // PING, MEMORY USAGE and the SCAN that removes the bench's keys each reach one node.
@@ -68,10 +70,12 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
             .map(|a| (a.to_string(), Work::Decide(a))),
     );
     for (name, work) in works {
-        // PING and decisions alternate in short rounds, so both see the same machine load.
-        let round = cfg.duration / ROUNDS;
+        let rounds = (cfg.duration.as_secs_f64() / ROUND.as_secs_f64())
+            .ceil()
+            .max(1.0) as u32;
+        let round = cfg.duration / rounds;
         let (mut ping, mut decisions) = (0, 0);
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             ping += measure(&stores, &prefix, cfg, Work::Ping, round).await?;
             decisions += measure(&stores, &prefix, cfg, work, round).await?;
         }

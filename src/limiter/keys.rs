@@ -27,7 +27,7 @@ impl KeyPrefix {
         &self.0
     }
 
-    /// The key of one rule for one subject, e.g. `sg:{sender:u_1}:sender-hourly:hc3600000`.
+    /// The key of one rule for one subject, e.g. `sg:{sender:u_1}:sender-hourly:hr3600000`.
     /// `subject` is `scope:value`; the value is escaped so no input can close the hash tag early.
     pub fn key(&self, subject: &str, rule: &str, quota: &Quota) -> LimitKey {
         let mut name = String::with_capacity(self.0.len() + subject.len() + rule.len() + 20);
@@ -76,7 +76,7 @@ mod tests {
     fn key_carries_the_subject_as_hash_tag() {
         let q = Quota::new(60, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
         let k = KeyPrefix::default().key("sender:u_1", "sender-hourly", &q);
-        assert_eq!(k.as_str(), "sg:{sender:u_1}:sender-hourly:hc3600000");
+        assert_eq!(k.as_str(), "sg:{sender:u_1}:sender-hourly:hr3600000");
     }
 
     #[test]

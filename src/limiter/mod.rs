@@ -65,7 +65,7 @@ impl Algorithm {
     /// Short code used inside Redis keys: a change of algorithm or window starts fresh counters.
     fn key_code(self) -> &'static str {
         match self {
-            Algorithm::HashCounters(_) => "hc",
+            Algorithm::HashCounters(_) => "hr",
             Algorithm::FixedWindow => "fw",
             Algorithm::SlidingWindow => "sw",
             Algorithm::TokenBucket { .. } => "tb",

@@ -1,26 +1,13 @@
--- Figma's counters: one hash per (rule, subject), 60 sub-windows per window, at most 61 fields,
--- all integers (turning numbers into strings and back costs Lua more than the Redis commands):
---   '0'..'59'  a ring with the counts of sub-windows head-59 .. head, by index mod 60; the head's
---              own field packs oldest * OLDEST + head count, where oldest is the count of
---              sub-window head-60, the one the window's edge cuts through, whose slot the head uses;
---   'm'        (head mod HEADS) * TOTALS + total, the running total of the window. A key lives
---              about 61 sub-windows, far fewer than HEADS, so the head is recovered from the
---              current time without ambiguity.
--- The common case (a counted attempt in the newest sub-window) is two HINCRBYs; everything else
--- reads the state, prunes the sub-windows that left the window and writes it back.
--- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
--- option: 'harsh' | 'lenient' | 'weighted'.
-local key = KEYS[1]
-local RING = 60
-local HEADS = 1048576 -- 2^20
-local TOTALS = 4294967296 -- 2^32
-local OLDEST = 67108864 -- 2^26
-local a = now * 60
-local i = math.floor(a / window)
-local slot = i % RING
-local span = RING + 1 -- sub-windows a count stays in the window
-if option == 'lenient' then
-  span = RING
+-- The general path of hash_counters (hash_counters_fast.lua holds the layout and the fast path):
+-- a new sub-window, a denied attempt, a late event or a read. When an attempt reached here, 'm'
+-- already carries its cost; every write below rewrites 'm' or deletes the key, so that is undone.
+
+-- A ring slot's field name, without number formatting: '0' .. '59'.
+local function field(s)
+  if s < 10 then
+    return string.char(48 + s)
+  end
+  return string.char(48 + (s - s % 10) / 10, 48 + s % 10)
 end
 
 local function edge_count(total, old, x)
@@ -32,96 +19,82 @@ local function edge_count(total, old, x)
   return total
 end
 
-if cost > 0 then
-  local mv = redis.call('HINCRBY', key, 'm', cost)
-  if mv ~= cost and math.floor(mv / TOTALS) == i % HEADS then
-    local total = mv % TOTALS - cost
-    local sv = redis.call('HINCRBY', key, slot, cost)
-    local count = edge_count(total, math.floor(sv / OLDEST), a - i * window)
-    if count + cost <= limit then
-      if sv % OLDEST == cost then
-        -- The first write into a sub-window fixes when the key is no longer needed: when that
-        -- sub-window leaves the window. Later writes into it cannot move that moment.
-        redis.call('PEXPIRE', key, math.ceil(((i + RING + 1) * window - a) / 60))
-      end
-      return answer(true, count + cost, 0, math.ceil(((i + span) * window - a) / 60))
-    end
-    redis.call('HINCRBY', key, slot, -cost)
-    redis.call('HINCRBY', key, 'm', -cost)
-  elseif mv == cost then
-    redis.call('HDEL', key, 'm') -- the key was new: undo what the increment created
-  else
-    redis.call('HINCRBY', key, 'm', -cost)
-  end
+if m_before == nil then
+  m_before = tonumber(redis.call('HGET', key, 'm')) or false
 end
 
--- The general path, with the state as it was before this call.
-local st = redis.call('HMGET', key, 'm', slot)
 local h = nil
-local total, old, head_count = 0, 0, 0
-local mv = tonumber(st[1])
-if mv then
-  total = mv % TOTALS
-  local d = (i - math.floor(mv / TOTALS)) % HEADS
+local total, base, old, head_count = 0, 0, 0, 0
+local head_stored = nil -- what the head's slot holds now, nil when absent
+local cur = 0 -- a late event: the count of its sub-window before this attempt
+local zeroed = {} -- ring slots whose sub-windows left the window (a read does not delete them)
+local plain_slot, plain_count = nil, 0 -- after a move, the former head's slot and its count
+local fresh = false -- a read found every stored count outside the window
+local moved = false -- the head moves to sub-window i with this write
+local deletes = {}
+if m_before then
+  total = m_before % TOTALS
+  local d = (i - math.floor(m_before / TOTALS)) % HEADS
   if d > HEADS / 2 then
     d = d - HEADS
   end
   h = i - d
-  local hv = tonumber(st[2]) or 0
-  if h ~= i then
-    hv = tonumber(redis.call('HGET', key, h % RING)) or 0
-  end
-  old = math.floor(hv / OLDEST)
-  head_count = hv % OLDEST
 end
-local cur = 0 -- the count of sub-window i before this attempt, where it is written
-local zeroed = {} -- ring slots whose sub-windows left the window (a read does not delete them)
-local plain_slot, plain_count = nil, 0 -- the former head's slot, whose packed oldest left
-local fresh = false -- a read found every stored field outside the window
-local deletes = {}
 if not h then
   h = i
-elseif i > h then
-  if i - h > RING then
-    total, old, head_count = 0, 0, 0
-    if cost > 0 then
-      redis.call('DEL', key)
-    else
-      fresh = true
-    end
+  moved = true
+elseif i - h > RING then
+  -- Everything stored left the window.
+  total = 0
+  if cost > 0 then
+    redis.call('DEL', key)
   else
+    fresh = true
+  end
+  h = i
+  moved = true
+else
+  -- One read: the head's slot, the slot of sub-window i, and the slots that leave the window.
+  local names = { field(h % RING) }
+  if (i > h and i - h < RING) or (i < h and i > h - RING) then
+    names[2] = field(i % RING)
+  end
+  local first_gone = #names + 1
+  for j = h - RING + 1, i - RING - 1 do
+    names[#names + 1] = field(j % RING)
+    zeroed[j % RING] = true
+  end
+  local vals = redis.call('HMGET', key, unpack(names))
+  local hv = tonumber(vals[1]) or 0
+  base = math.floor(hv / OLDEST)
+  old = hv % OLDEST
+  head_count = total - base
+  head_stored = tonumber(vals[1])
+  if i > h then
+    -- The head moves to i: sub-windows before i-60 leave, i-60 becomes the oldest.
     total = total - old
-    local gone = {}
-    for j = h - RING + 1, i - RING - 1 do
-      gone[#gone + 1] = j % RING
-      zeroed[j % RING] = true
+    for n = first_gone, #names do
+      total = total - (tonumber(vals[n]) or 0)
+      deletes[#deletes + 1] = names[n]
     end
-    if #gone > 0 then
-      local vals = redis.call('HMGET', key, unpack(gone))
-      for n = 1, #gone do
-        total = total - (tonumber(vals[n]) or 0)
-        deletes[#deletes + 1] = gone[n]
-      end
-    end
-    -- Sub-window i-60 becomes the oldest: it is the former head when i-h is 60, otherwise the
-    -- plain count in the slot the new head takes.
     if i - h == RING then
       old = head_count
     else
-      old = tonumber(st[2]) or 0
+      old = tonumber(vals[2]) or 0
+      head_stored = tonumber(vals[2])
       plain_slot, plain_count = h % RING, head_count
     end
     head_count = 0
+    base = total
+    h = i
+    moved = true
+  elseif i < h then
+    -- A late event is judged at the start of the newest sub-window.
+    a = h * window
+    if i > h - RING then
+      cur = tonumber(vals[2]) or 0
+    end
   end
-  h = i
-elseif i < h then
-  -- A late event is judged at the start of the newest sub-window.
-  a = h * window
-  if i > h - RING then
-    cur = tonumber(st[2]) or 0
-  end
-else
-  cur = head_count
 end
 
 local count = edge_count(total, old, a - h * window)
@@ -133,38 +106,46 @@ if recorded then
   count_after = count + cost
   if i == h then
     head_count = head_count + cost
-  elseif i == h - RING then
-    old = old + cost
+  else
+    base = base + cost
+    if i == h - RING then
+      old = old + cost
+    end
   end
 end
 if cost > 0 then
   if total == 0 then
     redis.call('DEL', key)
   else
-    local args = { key, 'm', (h % HEADS) * TOTALS + total, h % RING, old * OLDEST + head_count }
+    local args = { key, 'm', (h % HEADS) * TOTALS + total }
+    local hv = base * OLDEST + old
+    if hv > 0 then
+      if hv ~= head_stored then
+        args[#args + 1] = field(h % RING)
+        args[#args + 1] = hv
+      end
+    elseif head_stored then
+      deletes[#deletes + 1] = field(h % RING)
+    end
     if recorded and i < h and i > h - RING then
-      args[#args + 1] = slot
+      args[#args + 1] = field(i % RING)
       args[#args + 1] = cur + cost
     end
     if plain_slot then
       if plain_count > 0 then
-        args[#args + 1] = plain_slot
+        args[#args + 1] = field(plain_slot)
         args[#args + 1] = plain_count
       else
-        deletes[#deletes + 1] = plain_slot
+        deletes[#deletes + 1] = field(plain_slot)
       end
     end
     if #deletes > 0 then
       redis.call('HDEL', key, unpack(deletes))
     end
     redis.call('HSET', unpack(args))
-    if recorded and cur == 0 and i > h - RING then
-      local ttl = math.ceil(((i + RING + 1) * window - now * 60) / 60)
-      if i == h then
-        redis.call('PEXPIRE', key, ttl)
-      else
-        redis.call('PEXPIRE', key, ttl, 'GT') -- a late event never shortens the key's life
-      end
+    if moved then
+      -- The new head leaves the window last: the key lives exactly until then.
+      redis.call('PEXPIRE', key, math.ceil(((h + RING + 1) * window - a) / 60))
     end
   end
 end
@@ -181,11 +162,11 @@ local function value(j)
     return plain_count
   end
   if not vals then
-    local fields = {}
-    for n = 0, RING - 1 do
-      fields[n + 1] = n
-    end
-    vals = redis.call('HMGET', key, unpack(fields))
+    vals = redis.call('HMGET', key, '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11',
+      '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26',
+      '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41',
+      '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56',
+      '57', '58', '59')
   end
   return tonumber(vals[(j % RING) + 1]) or 0
 end
@@ -235,7 +216,9 @@ if not allowed then
         sum = total - old
       end
       local k = h
-      while sum > room do
+      -- After `span` sub-windows every count has left; the bound keeps a damaged key from
+      -- holding Redis in an endless loop.
+      while sum > room and k < h + span do
         k = k + 1
         sum = sum - value(k - span)
       end
