@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{
-    Algorithm, Check, KeyPrefix, LimiterError, Quota, RedisSettings, RedisStore, RedisTarget,
+    Algorithm, Check, KeyPrefix, LimitKey, LimiterError, Quota, RedisSettings, RedisStore,
+    RedisTarget,
 };
 use crate::limiter::simulate::to_table;
 
@@ -70,14 +71,20 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
             .map(|a| (a.to_string(), Work::Decide(a))),
     );
     for (name, work) in works {
+        let keys = client_keys(&prefix, cfg, work);
+        if let Work::Decide(_) = work {
+            // Untimed: every sender's key exists before the clock starts, so the rounds measure
+            // busy senders, not the first write of each.
+            measure(&stores, &keys, work, Span::OnePass).await?;
+        }
         let rounds = (cfg.duration.as_secs_f64() / ROUND.as_secs_f64())
             .ceil()
             .max(1.0) as u32;
-        let round = cfg.duration / rounds;
+        let round = Span::Time(cfg.duration / rounds);
         let (mut ping, mut decisions) = (0, 0);
         for _ in 0..rounds {
-            ping += measure(&stores, &prefix, cfg, Work::Ping, round).await?;
-            decisions += measure(&stores, &prefix, cfg, work, round).await?;
+            ping += measure(&stores, &keys, Work::Ping, round).await?;
+            decisions += measure(&stores, &keys, work, round).await?;
         }
         let bytes_per_key = match work {
             Work::Decide(a) => Some(hourly_key_bytes(&stores[0], &prefix, a).await?),
@@ -96,32 +103,54 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     Ok(rows)
 }
 
-/// Runs `work` from every client for `duration`; returns how many calls completed.
-async fn measure(
-    stores: &[RedisStore],
-    prefix: &KeyPrefix,
-    cfg: &BenchConfig,
-    work: Work,
-    duration: Duration,
-) -> Result<u64, LimiterError> {
-    let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
-    let mut tasks = Vec::with_capacity(stores.len());
-    for (n, store) in stores.iter().enumerate() {
-        let store = store.clone();
-        let done = done.clone();
-        // Each client cycles over its own share of the subjects, so clients rarely share a key.
-        let keys: Vec<_> = match work {
-            Work::Decide(a) => (n as u64..cfg.subjects)
-                .step_by(stores.len())
+/// The keys each client cycles over: its own share of the subjects, so clients rarely share a
+/// key. Built before any timing starts.
+fn client_keys(prefix: &KeyPrefix, cfg: &BenchConfig, work: Work) -> Vec<Arc<[LimitKey]>> {
+    (0..cfg.clients as u64)
+        .map(|n| match work {
+            Work::Decide(a) => (n..cfg.subjects)
+                .step_by(cfg.clients)
                 .map(|s| prefix.key(&format!("sender:b{s}"), "bench", &bench_quota(a)))
                 .collect(),
-            _ => Vec::new(),
+            _ => Arc::from([]),
+        })
+        .collect()
+}
+
+/// How long each client keeps going.
+#[derive(Clone, Copy)]
+enum Span {
+    Time(Duration),
+    /// One decision on each of the client's keys (bounded by a minute all the same).
+    OnePass,
+}
+
+/// Runs `work` from every client; returns how many calls completed.
+async fn measure(
+    stores: &[RedisStore],
+    keys: &[Arc<[LimitKey]>],
+    work: Work,
+    span: Span,
+) -> Result<u64, LimiterError> {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now()
+        + match span {
+            Span::Time(d) => d,
+            Span::OnePass => Duration::from_secs(60),
+        };
+    let mut tasks = Vec::with_capacity(stores.len());
+    for (store, keys) in stores.iter().zip(keys) {
+        let store = store.clone();
+        let done = done.clone();
+        let keys = keys.clone();
+        let calls = match span {
+            Span::Time(_) => usize::MAX,
+            Span::OnePass => keys.len(),
         };
         tasks.push(tokio::spawn(async move {
             let mut conn = store.connection();
             let noop = redis::Script::new("return 1");
-            let mut next = keys.iter().cycle();
+            let mut next = keys.iter().cycle().take(calls);
             while Instant::now() < deadline {
                 match work {
                     Work::Ping => {
