@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgNotification};
+use tokio_util::sync::CancellationToken;
 
 use crate::api_keys::ApiKeyCache;
 use crate::moderation::SenderStates;
@@ -38,55 +39,60 @@ impl Watched {
         self.api_keys.clear();
     }
 
-    /// Runs until the task is dropped.
-    pub fn watch(self, pool: PgPool) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut listener = None;
-            let mut next_reload = tokio::time::Instant::now();
-            loop {
-                if listener.is_none() {
-                    listener = listen(&pool).await;
-                    // Whatever changed while nobody listened.
-                    self.forget_cached_rows();
-                    self.rules.reload(&pool).await;
+    /// Runs until `stop` is cancelled.
+    pub async fn watch(self, pool: PgPool, stop: CancellationToken) {
+        tokio::select! {
+            _ = self.follow(&pool) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+
+    async fn follow(&self, pool: &PgPool) {
+        let mut listener = None;
+        let mut next_reload = tokio::time::Instant::now();
+        loop {
+            if listener.is_none() {
+                listener = listen(pool).await;
+                // Whatever changed while nobody listened.
+                self.forget_cached_rows();
+                self.rules.reload(pool).await;
+            }
+            let wait = next_reload.saturating_duration_since(tokio::time::Instant::now());
+            let event = match listener.as_mut() {
+                Some(l) => match tokio::time::timeout(wait, l.try_recv()).await {
+                    Ok(Ok(Some(n))) => Event::Notified(n),
+                    // sqlx reconnects on the next call; what was sent meanwhile is lost.
+                    Ok(Ok(None)) => Event::Lost,
+                    Ok(Err(e)) => Event::Failed(e),
+                    Err(_) => Event::Tick,
+                },
+                None => {
+                    tokio::time::sleep(wait).await;
+                    Event::Tick
                 }
-                let wait = next_reload.saturating_duration_since(tokio::time::Instant::now());
-                let event = match listener.as_mut() {
-                    Some(l) => match tokio::time::timeout(wait, l.try_recv()).await {
-                        Ok(Ok(Some(n))) => Event::Notified(n),
-                        // sqlx reconnects on the next call; what was sent meanwhile is lost.
-                        Ok(Ok(None)) => Event::Lost,
-                        Ok(Err(e)) => Event::Failed(e),
-                        Err(_) => Event::Tick,
-                    },
-                    None => {
-                        tokio::time::sleep(wait).await;
-                        Event::Tick
-                    }
-                };
-                match event {
-                    Event::Notified(n) => match n.channel() {
-                        RULES => self.rules.reload(&pool).await,
-                        SENDERS => self.senders.forget(n.payload()),
-                        API_KEYS => self.api_keys.clear(),
-                        _ => {}
-                    },
-                    Event::Lost => {
-                        tracing::warn!("change notifications interrupted; caches emptied");
-                        self.forget_cached_rows();
-                    }
-                    Event::Failed(e) => {
-                        tracing::warn!(error = %e, "change notifications failed; reconnecting");
-                        listener = None;
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                    Event::Tick => {
-                        self.rules.reload(&pool).await;
-                        next_reload = tokio::time::Instant::now() + Duration::from_secs(1);
-                    }
+            };
+            match event {
+                Event::Notified(n) => match n.channel() {
+                    RULES => self.rules.reload(pool).await,
+                    SENDERS => self.senders.forget(n.payload()),
+                    API_KEYS => self.api_keys.clear(),
+                    _ => {}
+                },
+                Event::Lost => {
+                    tracing::warn!("change notifications interrupted; caches emptied");
+                    self.forget_cached_rows();
+                }
+                Event::Failed(e) => {
+                    tracing::warn!(error = %e, "change notifications failed; reconnecting");
+                    listener = None;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Event::Tick => {
+                    self.rules.reload(pool).await;
+                    next_reload = tokio::time::Instant::now() + Duration::from_secs(1);
                 }
             }
-        })
+        }
     }
 }
 

@@ -116,4 +116,8 @@ impl Config {
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
     }
+
+    pub fn read_timeout(&self) -> Duration {
+        Duration::from_millis(self.read_timeout_ms.max(1))
+    }
 }

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
@@ -73,27 +74,30 @@ impl Retention {
         Ok(removed)
     }
 
-    /// Sweeps at start and then every `every` until the task is dropped.
-    pub fn run(self, every: Duration) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                match self.sweep().await {
-                    Ok(s) if s != Swept::default() => {
-                        tracing::info!(
-                            invites = s.invites,
-                            audit_entries = s.audit_entries,
-                            "retention sweep"
-                        );
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "retention sweep failed; next one retries")
-                    }
-                }
+    /// Sweeps at start and then every `every` until `stop` is cancelled.
+    pub async fn run(self, every: Duration, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
             }
-        })
+            let swept = tokio::select! {
+                swept = self.sweep() => swept,
+                _ = stop.cancelled() => return,
+            };
+            match swept {
+                Ok(s) if s != Swept::default() => {
+                    tracing::info!(
+                        invites = s.invites,
+                        audit_entries = s.audit_entries,
+                        "retention sweep"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "retention sweep failed; next one retries"),
+            }
+        }
     }
 }

@@ -1,17 +1,15 @@
-//! The overview (recent invites by status and an hourly chart) and the audit log.
+//! The overview: recent invites by status, senders awaiting review, and an hourly chart.
 
 use askama::Template;
 use askama_web::WebTemplate;
-use axum::extract::{Query, State};
-use serde::Deserialize;
+use axum::extract::State;
 
-use super::{Admin, AdminError, PAGE, Time, queries, time};
-use crate::AppState;
-
-pub(super) struct StatusCount {
-    status: String,
-    count: i64,
-}
+use super::Dashboard;
+use super::auth::Admin;
+use super::error::AdminError;
+use super::format::Time;
+use crate::moderation::senders;
+use crate::reports::{self, Hour};
 
 pub(super) struct Bar {
     x: i64,
@@ -37,12 +35,12 @@ pub(super) struct Chart {
 }
 
 /// Two bars per hour, delivered and held-or-suppressed, scaled to the busiest hour.
-fn chart(hours: &[(Time, i64, i64)], now: Time) -> Chart {
+fn chart(hours: &[Hour], now: Time) -> Chart {
     let (width, height, top, left) = (960, 240, 10, 40);
     let bottom = height - 20;
     let max = hours
         .iter()
-        .map(|&(_, d, s)| d.max(s))
+        .map(|h| h.delivered.max(h.stopped))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -55,8 +53,8 @@ fn chart(hours: &[(Time, i64, i64)], now: Time) -> Chart {
             let hour_key = hour.format("%Y-%m-%d %H").to_string();
             let (delivered, stopped) = hours
                 .iter()
-                .find(|(h, _, _)| h.format("%Y-%m-%d %H").to_string() == hour_key)
-                .map(|&(_, d, s)| (d, s))
+                .find(|h| h.hour.format("%Y-%m-%d %H").to_string() == hour_key)
+                .map(|h| (h.delivered, h.stopped))
                 .unwrap_or((0, 0));
             let scale = |v: i64| (v * (bottom - top)) / max;
             Bar {
@@ -90,108 +88,23 @@ pub(super) struct OverviewPage {
     admin: Option<String>,
     csrf: String,
     awaiting: i64,
-    statuses: Vec<StatusCount>,
+    statuses: Vec<reports::StatusCount>,
     chart: Chart,
 }
 
 pub(super) async fn overview(
-    State(state): State<AppState>,
-    Admin(session): Admin,
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
 ) -> Result<OverviewPage, AdminError> {
-    let statuses: Vec<(String, i64)> = sqlx::query_as(queries::STATUSES_24H)
-        .fetch_all(&state.pool)
-        .await?;
-    let awaiting: i64 = sqlx::query_scalar(queries::AWAITING)
-        .fetch_one(&state.pool)
-        .await?;
-    let hours: Vec<(Time, i64, i64)> = sqlx::query_as(queries::HOURLY)
-        .fetch_all(&state.pool)
-        .await?;
+    let pool = &dashboard.pool;
+    let statuses = reports::statuses_24h(pool).await?;
+    let awaiting = senders::awaiting_review(pool).await?;
+    let hours = reports::hourly(pool).await?;
     Ok(OverviewPage {
-        admin: Some(session.username),
-        csrf: session.csrf_token,
+        admin: admin.name(),
+        csrf: admin.csrf(),
         awaiting,
-        statuses: statuses
-            .into_iter()
-            .map(|(status, count)| StatusCount { status, count })
-            .collect(),
+        statuses,
         chart: chart(&hours, chrono::Utc::now()),
-    })
-}
-
-pub(super) struct AuditRow {
-    when: String,
-    actor: String,
-    action: String,
-    sender: Option<String>,
-    detail: String,
-    note: String,
-}
-
-#[derive(Template, WebTemplate)]
-#[template(path = "admin/audit.html")]
-pub(super) struct AuditPage {
-    admin: Option<String>,
-    csrf: String,
-    actor: String,
-    sender: String,
-    entries: Vec<AuditRow>,
-    page: i64,
-    more: bool,
-}
-
-#[derive(Deserialize)]
-pub(super) struct AuditQuery {
-    #[serde(default)]
-    actor: String,
-    #[serde(default)]
-    sender: String,
-    page: Option<i64>,
-}
-
-type AuditDbRow = (
-    Time,
-    String,
-    String,
-    Option<String>,
-    serde_json::Value,
-    Option<String>,
-);
-
-pub(super) async fn audit_log(
-    State(state): State<AppState>,
-    Admin(session): Admin,
-    Query(q): Query<AuditQuery>,
-) -> Result<AuditPage, AdminError> {
-    let page = q.page.unwrap_or(1).max(1);
-    let actor = q.actor.trim().to_owned();
-    let sender = q.sender.trim().to_owned();
-    let rows: Vec<AuditDbRow> = sqlx::query_as(queries::AUDIT_PAGE)
-        .bind(&actor)
-        .bind(&sender)
-        .bind(PAGE + 1)
-        .bind((page - 1) * PAGE)
-        .fetch_all(&state.pool)
-        .await?;
-    let more = rows.len() as i64 > PAGE;
-    Ok(AuditPage {
-        admin: Some(session.username),
-        csrf: session.csrf_token,
-        entries: rows
-            .into_iter()
-            .take(PAGE as usize)
-            .map(|(at, actor, action, sender, detail, note)| AuditRow {
-                when: time(Some(at)),
-                actor,
-                action,
-                sender,
-                detail: detail.to_string(),
-                note: note.unwrap_or_default(),
-            })
-            .collect(),
-        actor,
-        sender,
-        page,
-        more,
     })
 }

@@ -8,8 +8,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::{Admin, AdminError, window};
-use crate::AppState;
+use super::Dashboard;
+use super::auth::Admin;
+use super::error::AdminError;
+use super::format::{urlencode, window};
 use crate::limiter::{Algorithm, EdgeMode};
 use crate::rules::edit::{self, Backtest, FieldErrors, RuleInput, SaveError};
 use crate::rules::{Action, Scope};
@@ -41,16 +43,14 @@ pub(super) struct DoneQuery {
 }
 
 pub(super) async fn list(
-    State(state): State<AppState>,
-    Admin(session): Admin,
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
     Query(q): Query<DoneQuery>,
 ) -> Result<RulesPage, AdminError> {
-    let rules = crate::rules::load_all(&state.pool)
-        .await
-        .map_err(|e| AdminError::BadForm(e.to_string()))?;
+    let rules = crate::rules::load_all(&dashboard.pool).await?;
     Ok(RulesPage {
-        admin: Some(session.username),
-        csrf: session.csrf_token,
+        admin: admin.name(),
+        csrf: admin.csrf(),
         rules: rules
             .into_iter()
             .map(|r| {
@@ -150,8 +150,8 @@ fn page(
     backtest: Option<BacktestView>,
 ) -> RuleFormPage {
     RuleFormPage {
-        admin: Some(admin.0.username.clone()),
-        csrf: admin.0.csrf_token.clone(),
+        admin: admin.name(),
+        csrf: admin.csrf(),
         action: match id {
             Some(id) => format!("/admin/rules/{id}"),
             None => "/admin/rules/new".into(),
@@ -183,16 +183,12 @@ pub(super) async fn new_form(admin: Admin) -> RuleFormPage {
 }
 
 pub(super) async fn edit_form(
-    State(state): State<AppState>,
+    State(dashboard): State<Dashboard>,
     admin: Admin,
     Path(id): Path<i64>,
 ) -> Result<RuleFormPage, AdminError> {
-    let rules = crate::rules::load_all(&state.pool)
-        .await
-        .map_err(|e| AdminError::BadForm(e.to_string()))?;
-    let rule = rules
-        .into_iter()
-        .find(|r| r.id == id)
+    let rule = crate::rules::find(&dashboard.pool, id)
+        .await?
         .ok_or_else(|| AdminError::NotFound(format!("No rule {id}.")))?;
     let form = FormView {
         name: rule.name,
@@ -240,24 +236,24 @@ pub(super) struct RuleForm {
 }
 
 pub(super) async fn create(
-    State(state): State<AppState>,
+    State(dashboard): State<Dashboard>,
     admin: Admin,
     axum::Form(form): axum::Form<RuleForm>,
 ) -> Result<Response, AdminError> {
-    submit(&state, admin, None, form).await
+    submit(&dashboard, admin, None, form).await
 }
 
 pub(super) async fn update(
-    State(state): State<AppState>,
+    State(dashboard): State<Dashboard>,
     admin: Admin,
     Path(id): Path<i64>,
     axum::Form(form): axum::Form<RuleForm>,
 ) -> Result<Response, AdminError> {
-    submit(&state, admin, Some(id), form).await
+    submit(&dashboard, admin, Some(id), form).await
 }
 
 async fn submit(
-    state: &AppState,
+    dashboard: &Dashboard,
     admin: Admin,
     id: Option<i64>,
     form: RuleForm,
@@ -265,11 +261,12 @@ async fn submit(
     admin.check_csrf(&form.csrf)?;
     // An edit keeps the rule's name, whatever the form says.
     let name = match id {
-        Some(id) => sqlx::query_scalar("SELECT name FROM rules WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&state.pool)
-            .await?
-            .ok_or_else(|| AdminError::NotFound(format!("No rule {id}.")))?,
+        Some(id) => {
+            crate::rules::find(&dashboard.pool, id)
+                .await?
+                .ok_or_else(|| AdminError::NotFound(format!("No rule {id}.")))?
+                .name
+        }
         None => form.name,
     };
     let input = RuleInput {
@@ -300,14 +297,14 @@ async fn submit(
         }
     };
     if form.intent == "backtest" {
-        let result = edit::backtest(&state.pool, &rule).await?;
+        let result = edit::backtest(&dashboard.pool, &rule).await?;
         let b = backtest_view(result, rule.scope);
         return Ok(page(&admin, id, view, FieldErrors::default(), None, Some(b)).into_response());
     }
     let note = Some(form.note.trim()).filter(|n| !n.is_empty() && n.len() <= 500);
     let saved = match id {
         Some(id) => edit::update(
-            &state.pool,
+            &dashboard.pool,
             id,
             form.version,
             &rule,
@@ -316,7 +313,7 @@ async fn submit(
         )
         .await
         .map(|()| id),
-        None => edit::create(&state.pool, &rule, &admin.0.username, note).await,
+        None => edit::create(&dashboard.pool, &rule, &admin.0.username, note).await,
     };
     match saved {
         Ok(_) => {
@@ -324,13 +321,8 @@ async fn submit(
                 "Saved rule {}; every instance applies it within a second.",
                 rule.name
             );
-            Ok(
-                Redirect::to(&format!("/admin/rules?done={}", super::urlencode(&notice)))
-                    .into_response(),
-            )
+            Ok(Redirect::to(&format!("/admin/rules?done={}", urlencode(&notice))).into_response())
         }
-        Err(SaveError::Db(e)) => Err(e.into()),
-        Err(SaveError::NotFound) => Err(AdminError::NotFound("No such rule.".into())),
         Err(e @ SaveError::NameTaken(_)) => {
             let errors = FieldErrors {
                 name: Some(e.to_string()),
@@ -350,5 +342,6 @@ async fn submit(
             );
             Ok((StatusCode::CONFLICT, p).into_response())
         }
+        Err(e) => Err(e.into()),
     }
 }

@@ -11,8 +11,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::{AdminError, accounts, logged_in};
-use crate::AppState;
+use super::Dashboard;
+use super::accounts;
+use super::auth::logged_in;
+use super::error::AdminError;
 
 const VALID_FOR: Duration = Duration::from_secs(3600);
 
@@ -66,10 +68,10 @@ fn expired() -> AdminError {
 }
 
 pub(super) async fn form(
-    State(state): State<AppState>,
+    State(dashboard): State<Dashboard>,
     Query(q): Query<TokenQuery>,
 ) -> Result<SetupPage, AdminError> {
-    if !state.admin.setup.valid(&q.token) || accounts::any_exists(&state.pool).await? {
+    if !dashboard.setup.valid(&q.token) || accounts::any_exists(&dashboard.pool).await? {
         return Err(expired());
     }
     Ok(SetupPage {
@@ -90,10 +92,10 @@ pub(super) struct SetupForm {
 }
 
 pub(super) async fn create(
-    State(state): State<AppState>,
+    State(dashboard): State<Dashboard>,
     axum::Form(form): axum::Form<SetupForm>,
 ) -> Result<Response, AdminError> {
-    if !state.admin.setup.valid(&form.token) || accounts::any_exists(&state.pool).await? {
+    if !dashboard.setup.valid(&form.token) || accounts::any_exists(&dashboard.pool).await? {
         return Err(expired());
     }
     let again = |error: String| {
@@ -109,16 +111,19 @@ pub(super) async fn create(
     if form.password != form.password2 {
         return Ok(again("The two passwords differ.".into()));
     }
-    match accounts::add(&state.pool, &form.username, &form.password).await {
+    match accounts::add(&dashboard.pool, &form.username, &form.password).await {
         Ok(()) => {}
-        Err(accounts::AccountError::Db(e)) => return Err(e.into()),
+        Err(e @ (accounts::AccountError::Db(_) | accounts::AccountError::Hash(_))) => {
+            return Err(e.into());
+        }
         Err(e) => return Ok(again(e.to_string())),
     }
-    state.admin.setup.consume();
+    dashboard.setup.consume();
     tracing::info!(admin = %form.username, "first admin created");
-    let Ok(Some((token, _))) = accounts::log_in(&state.pool, &form.username, &form.password).await
+    let Ok(Some((token, _))) =
+        accounts::log_in(&dashboard.pool, &form.username, &form.password).await
     else {
         return Ok(Redirect::to("/admin/login").into_response());
     };
-    Ok(logged_in(&token, "/admin", state.admin.secure_cookies))
+    Ok(logged_in(token, "/admin", dashboard.secure_cookies))
 }

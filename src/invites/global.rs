@@ -15,6 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::limiter::{Decision, LimitKey, Limiter, LimiterError, MAX_COST, Quota};
 
 #[derive(Clone)]
@@ -38,10 +40,6 @@ impl GlobalCounts {
             interval,
             entries: Arc::default(),
         }
-    }
-
-    pub fn interval(&self) -> Duration {
-        self.interval
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<LimitKey, Entry>> {
@@ -125,18 +123,20 @@ impl GlobalCounts {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Flushes every interval until the task is dropped.
-    pub fn run(self, limiter: Limiter) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = self.flush(&limiter).await {
-                    tracing::debug!(error = %e, "global counts not flushed; kept for the next try");
-                }
+    /// Flushes every interval until `stop` is cancelled. The last flush, once requests in
+    /// flight have finished, is the caller's.
+    pub async fn run(self, limiter: Limiter, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
             }
-        })
+            if let Err(e) = self.flush(&limiter).await {
+                tracing::debug!(error = %e, "global counts not flushed; kept for the next try");
+            }
+        }
     }
 }
 

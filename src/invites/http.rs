@@ -1,4 +1,7 @@
-//! `POST /api/v1/invites`: parse, call the flow, map the outcome.
+//! `POST /api/v1/invites`: parse, call the flow, map the outcome; and how the flow's errors
+//! become API answers.
+
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
@@ -7,15 +10,23 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{Outcome, Submission, validate};
-use crate::AppState;
-use crate::http::{ApiError, ApiKey};
+use super::policy::Rejection;
+use super::{InvalidBody, InviteError, InviteService, Outcome, Submission, validate};
+use crate::http::{ApiError, ApiKey, RateLimited};
 
 /// Largest accepted body (DESIGN.md §4).
 pub const MAX_BODY: usize = 16 * 1024;
 
+/// What the handler needs.
+#[derive(Clone)]
+pub struct InviteApi {
+    pub service: InviteService,
+    /// How long a body may take to arrive.
+    pub read_timeout: Duration,
+}
+
 pub async fn create(
-    State(state): State<AppState>,
+    State(api): State<InviteApi>,
     ApiKey(api_key_id): ApiKey,
     headers: HeaderMap,
     body: Body,
@@ -39,13 +50,13 @@ pub async fn create(
                 })?,
         ),
     };
-    let bytes = tokio::time::timeout(state.read_timeout, axum::body::to_bytes(body, MAX_BODY))
+    let bytes = tokio::time::timeout(api.read_timeout, axum::body::to_bytes(body, MAX_BODY))
         .await
         .map_err(|_| ApiError::Timeout)?
         .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
     let invite = validate::parse(&bytes)?;
-    let outcome = state
-        .invites
+    let outcome = api
+        .service
         .submit(Submission {
             api_key_id,
             idempotency_key,
@@ -60,6 +71,42 @@ pub async fn create(
             Json(json!({"id": id, "status": "accepted"})),
         )
             .into_response()),
-        Outcome::Rejected(r) => Err(ApiError::TooManyRequests(r)),
+        Outcome::Rejected(r) => Err(r.into()),
+    }
+}
+
+impl From<InvalidBody> for ApiError {
+    fn from(e: InvalidBody) -> Self {
+        match e {
+            InvalidBody::Field { field, detail } => ApiError::Invalid { field, detail },
+            other => ApiError::BadRequest(other.to_string()),
+        }
+    }
+}
+
+impl From<InviteError> for ApiError {
+    fn from(e: InviteError) -> Self {
+        match e {
+            InviteError::IdempotencyConflict => ApiError::Unprocessable(e.to_string()),
+            InviteError::Unavailable(reason) => ApiError::unavailable(reason),
+            // The invite was not recorded: say so, never 200.
+            InviteError::Db(_) | InviteError::Limiter(_) => ApiError::Unavailable {
+                detail: "the invite could not be recorded; retry later".into(),
+                cause: Some(e.to_string()),
+            },
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> Self {
+        ApiError::TooManyRequests(RateLimited {
+            policy: r.rule,
+            limit: r.limit,
+            remaining: r.remaining,
+            window_secs: r.window_secs,
+            retry_after_secs: r.retry_after_secs,
+            reset_secs: r.reset_secs,
+        })
     }
 }

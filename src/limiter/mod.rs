@@ -231,6 +231,18 @@ impl Limiter {
         }
     }
 
+    /// Whether the store answers (an in-process store always does).
+    pub async fn ping(&self) -> Result<(), LimiterError> {
+        match self {
+            Limiter::Redis(store) => {
+                let mut conn = store.connection();
+                redis::cmd("PING").query_async::<String>(&mut conn).await?;
+                Ok(())
+            }
+            Limiter::Memory(_) => Ok(()),
+        }
+    }
+
     /// Forgets the counters of these keys (a lifted ban starts from zero).
     pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
         match self {

@@ -10,8 +10,8 @@ use lettre::transport::smtp::PoolConfig;
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use rand::Rng;
 use sqlx::PgPool;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::incident::Incident;
@@ -80,6 +80,13 @@ impl Transport {
 }
 
 #[derive(Template)]
+#[template(path = "email/subject.txt")]
+struct Subject<'a> {
+    inviter: &'a str,
+    resource: Option<&'a str>,
+}
+
+#[derive(Template)]
 #[template(path = "email/invite.txt")]
 struct InviteText<'a> {
     inviter: &'a str,
@@ -114,13 +121,10 @@ pub struct Outgoing {
 pub fn render(invite: &Outgoing, from: &Mailbox, public_url: &str) -> Result<Message, MailError> {
     let inviter = invite.sender_name.as_deref().unwrap_or("Someone");
     let resource = invite.resource.as_deref();
-    let subject = match resource {
-        Some(r) => format!("{inviter} invited you to {r}"),
-        None => format!("{inviter} invited you"),
-    };
+    let build = |e: askama::Error| MailError::Build(e.to_string());
+    let subject = Subject { inviter, resource }.render().map_err(build)?;
     let link = format!("{}/invites/{}", public_url.trim_end_matches('/'), invite.id);
     let message = invite.message.as_deref();
-    let build = |e: askama::Error| MailError::Build(e.to_string());
     let text = InviteText {
         inviter,
         resource,
@@ -210,10 +214,10 @@ impl Outbox {
         }
     }
 
-    /// Runs until `stop` turns true, finishing the round in hand.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    /// Runs until `stop` is cancelled, finishing the round in hand.
+    pub async fn run(self, stop: CancellationToken) {
         loop {
-            if *stop.borrow() {
+            if stop.is_cancelled() {
                 return;
             }
             let claimed = match self.round().await {
@@ -226,7 +230,7 @@ impl Outbox {
             if claimed < self.settings.batch as usize {
                 tokio::select! {
                     _ = tokio::time::sleep(self.settings.idle) => {}
-                    _ = stop.changed() => {}
+                    _ = stop.cancelled() => {}
                 }
             }
         }
@@ -398,6 +402,6 @@ mod tests {
             raw.contains("Message-ID: <00000000-0000-0000-0000-000000000000@sendguard>"),
             "{raw}"
         );
-        assert!(raw.contains("Subject: Someone invited you"), "{raw}");
+        assert!(raw.contains("Subject: Someone invited you\r\n"), "{raw}");
     }
 }

@@ -1,13 +1,14 @@
-//! Sender states, flags and the audit log: what moderation reads and writes.
+//! Sender states and flags: what moderation reads and writes (the audit log is [`crate::audit`]).
 
 pub mod review;
+pub mod senders;
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde_json::Value;
 use sqlx::{PgPool, Postgres, Transaction};
 
+use crate::audit::{self, Entry};
 use crate::cache::TtlCache;
 
 /// Sender states as this instance last read them (see [`crate::cache`]): one read of the
@@ -29,13 +30,7 @@ impl SenderStates {
             Ok(state) => return Ok(state),
             Err(ticket) => ticket,
         };
-        let state: Option<String> = sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
-            .bind(sender_id)
-            .fetch_optional(pool)
-            .await?;
-        let state = state
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(SenderState::Active);
+        let state = stored_state(pool, sender_id).await?;
         self.0.store(ticket, sender_id.to_owned(), state);
         Ok(state)
     }
@@ -47,6 +42,17 @@ impl SenderStates {
     pub fn clear(&self) {
         self.0.clear();
     }
+}
+
+/// The sender's state as stored now; a sender never seen is active.
+pub async fn stored_state(pool: &PgPool, sender_id: &str) -> Result<SenderState, sqlx::Error> {
+    let state: Option<String> = sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
+        .bind(sender_id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(state
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SenderState::Active))
 }
 
 /// A sender's standing (DESIGN.md §2).
@@ -99,9 +105,6 @@ pub struct Flag<'a> {
     pub window_secs: i64,
 }
 
-/// The actor of automatic decisions in the audit log.
-pub const SYSTEM: &str = "system";
-
 /// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
 /// transaction. A sender that is no longer active (trusted, already banned) is left alone.
 /// Returns whether the state changed.
@@ -134,10 +137,10 @@ pub async fn shadow_ban(
     .bind(flag.window_secs)
     .execute(&mut **tx)
     .await?;
-    audit(
+    audit::write(
         tx,
         Entry {
-            actor: SYSTEM,
+            actor: audit::SYSTEM,
             action: "shadow_ban",
             sender_id: Some(flag.sender_id),
             rule_id: Some(flag.rule_id),
@@ -152,35 +155,4 @@ pub async fn shadow_ban(
     )
     .await?;
     Ok(true)
-}
-
-/// One line of the audit log: who did what to whom.
-#[derive(Debug, Clone)]
-pub struct Entry<'a> {
-    pub actor: &'a str,
-    pub action: &'a str,
-    pub sender_id: Option<&'a str>,
-    pub rule_id: Option<i64>,
-    pub detail: Value,
-    pub note: Option<&'a str>,
-}
-
-/// Writes one audit entry in the caller's transaction.
-pub async fn audit(
-    tx: &mut Transaction<'_, Postgres>,
-    entry: Entry<'_>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO audit_log (actor, action, sender_id, rule_id, detail, note)
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(entry.actor)
-    .bind(entry.action)
-    .bind(entry.sender_id)
-    .bind(entry.rule_id)
-    .bind(entry.detail)
-    .bind(entry.note)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::{Entry, SenderState, audit};
+use super::SenderState;
+use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
 use crate::rules::{RuleCache, Scope};
 
@@ -149,7 +150,7 @@ pub async fn apply(
         .rows_affected(),
         None => 0,
     };
-    audit(
+    audit::write(
         &mut tx,
         Entry {
             actor: review.actor,

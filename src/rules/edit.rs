@@ -9,8 +9,8 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::{Action, Scope, Subjects};
+use crate::audit::{self, Entry};
 use crate::limiter::{Algorithm, Check, KeyPrefix, MAX_LIMIT, MemoryStore, Quota};
-use crate::moderation::{Entry, audit};
 
 /// A rule as typed into the form.
 #[derive(Debug, Clone, Default)]
@@ -126,7 +126,7 @@ async fn audit_rule(
         detail: detail(rule),
         note,
     };
-    audit(tx, entry).await
+    audit::write(tx, entry).await
 }
 
 fn detail(rule: &ValidRule) -> serde_json::Value {
@@ -221,13 +221,15 @@ pub struct Backtest {
 /// Invites replayed at most, newest first: a bound on the page's cost.
 const BACKTEST_MAX: i64 = 200_000;
 
-type BacktestRow = (
-    String,
-    Option<String>,
-    String,
-    String,
-    chrono::DateTime<chrono::Utc>,
-);
+/// A recorded invite as a backtest replays it.
+#[derive(sqlx::FromRow)]
+struct Replayed {
+    sender_id: String,
+    sender_ip: Option<String>,
+    recipient: String,
+    recipient_domain: String,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
 
 /// The last 24 hours of invites that a backtest replays, newest first.
 pub const BACKTEST_INVITES: &str =
@@ -238,7 +240,7 @@ pub const BACKTEST_INVITES: &str =
 /// Replays the last 24 hours of recorded invites, with their own timestamps, through `rule` in
 /// the in-process limiter.
 pub async fn backtest(pool: &PgPool, rule: &ValidRule) -> Result<Backtest, sqlx::Error> {
-    let mut rows: Vec<BacktestRow> = sqlx::query_as(BACKTEST_INVITES)
+    let mut rows: Vec<Replayed> = sqlx::query_as(BACKTEST_INVITES)
         .bind(BACKTEST_MAX + 1)
         .fetch_all(pool)
         .await?;
@@ -249,12 +251,12 @@ pub async fn backtest(pool: &PgPool, rule: &ValidRule) -> Result<Backtest, sqlx:
     let keys = KeyPrefix::default();
     let mut tripped = HashSet::new();
     let mut over = 0;
-    for (sender_id, sender_ip, recipient, recipient_domain, at) in &rows {
+    for row in &rows {
         let of = Subjects {
-            sender_id,
-            sender_ip: sender_ip.as_deref(),
-            recipient,
-            recipient_domain,
+            sender_id: &row.sender_id,
+            sender_ip: row.sender_ip.as_deref(),
+            recipient: &row.recipient,
+            recipient_domain: &row.recipient_domain,
         };
         let Some(subject) = rule.scope.subject(&of) else {
             continue;
@@ -265,7 +267,8 @@ pub async fn backtest(pool: &PgPool, rule: &ValidRule) -> Result<Backtest, sqlx:
             quota: &rule.quota,
             cost: 1,
         };
-        let decision = store.check_batch(&[check], Some(at.timestamp_millis().max(0) as u64));
+        let at_ms = row.created_at.timestamp_millis().max(0) as u64;
+        let decision = store.check_batch(&[check], Some(at_ms));
         if decision.iter().any(|d| !d.allowed) {
             over += 1;
             tripped.insert(subject);

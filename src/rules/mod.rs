@@ -135,39 +135,65 @@ pub enum RuleError {
     Invalid { name: String, reason: String },
 }
 
-type RuleRow = (i64, String, String, i64, i64, String, String, bool, i64);
-
-fn from_row(row: RuleRow) -> Result<Rule, RuleError> {
-    let (id, name, scope, limit, window_secs, algorithm, action, enabled, version) = row;
-    let invalid = |reason: String| RuleError::Invalid {
-        name: name.clone(),
-        reason,
-    };
-    let algorithm = Algorithm::from_str(&algorithm).map_err(invalid)?;
-    let action = Action::from_str(&action).map_err(invalid)?;
-    let mut quota = Quota::new(limit as u64, window_secs as u64, algorithm);
-    quota.count_over_limit = action.counts_over_limit();
-    quota.validate().map_err(|e| invalid(e.to_string()))?;
-    Ok(Rule {
-        id,
-        scope: Scope::from_str(&scope).map_err(invalid)?,
-        name,
-        quota,
-        action,
-        enabled,
-        version,
-    })
+/// A rule as stored.
+#[derive(sqlx::FromRow)]
+struct RuleRow {
+    id: i64,
+    name: String,
+    scope: String,
+    limit_count: i64,
+    window_secs: i64,
+    algorithm: String,
+    action: String,
+    enabled: bool,
+    version: i64,
 }
+
+impl TryFrom<RuleRow> for Rule {
+    type Error = RuleError;
+
+    fn try_from(row: RuleRow) -> Result<Rule, RuleError> {
+        let invalid = |reason: String| RuleError::Invalid {
+            name: row.name.clone(),
+            reason,
+        };
+        let algorithm = Algorithm::from_str(&row.algorithm).map_err(invalid)?;
+        let action = Action::from_str(&row.action).map_err(invalid)?;
+        let scope = Scope::from_str(&row.scope).map_err(invalid)?;
+        let mut quota = Quota::new(row.limit_count as u64, row.window_secs as u64, algorithm);
+        quota.count_over_limit = action.counts_over_limit();
+        quota.validate().map_err(|e| invalid(e.to_string()))?;
+        Ok(Rule {
+            id: row.id,
+            name: row.name,
+            scope,
+            quota,
+            action,
+            enabled: row.enabled,
+            version: row.version,
+        })
+    }
+}
+
+const SELECT_RULES: &str =
+    "SELECT id, name, scope, limit_count, window_secs, algorithm, action, enabled, version
+     FROM rules";
 
 /// Every rule, by name.
 pub async fn load_all(pool: &PgPool) -> Result<Vec<Rule>, RuleError> {
-    let rows: Vec<RuleRow> = sqlx::query_as(
-        "SELECT id, name, scope, limit_count, window_secs, algorithm, action, enabled, version
-         FROM rules ORDER BY name",
-    )
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter().map(from_row).collect()
+    let rows: Vec<RuleRow> = sqlx::query_as(&format!("{SELECT_RULES} ORDER BY name"))
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(Rule::try_from).collect()
+}
+
+/// One rule by id.
+pub async fn find(pool: &PgPool, id: i64) -> Result<Option<Rule>, RuleError> {
+    let row: Option<RuleRow> = sqlx::query_as(&format!("{SELECT_RULES} WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    row.map(Rule::try_from).transpose()
 }
 
 /// The rules in force in this process.

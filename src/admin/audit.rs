@@ -1,0 +1,78 @@
+//! The audit log page: who did what to whom, newest first, filtered by admin or sender.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Query, State};
+use serde::Deserialize;
+
+use super::Dashboard;
+use super::auth::Admin;
+use super::error::AdminError;
+use super::format::{PAGE, page_number, time};
+use crate::audit::{self, Filter};
+
+pub(super) struct AuditRow {
+    when: String,
+    actor: String,
+    action: String,
+    sender: Option<String>,
+    detail: String,
+    note: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/audit.html")]
+pub(super) struct AuditPage {
+    admin: Option<String>,
+    csrf: String,
+    actor: String,
+    sender: String,
+    entries: Vec<AuditRow>,
+    page: i64,
+    more: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct AuditQuery {
+    #[serde(default)]
+    actor: String,
+    #[serde(default)]
+    sender: String,
+    page: Option<i64>,
+}
+
+pub(super) async fn audit_log(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Query(q): Query<AuditQuery>,
+) -> Result<AuditPage, AdminError> {
+    let page = page_number(q.page);
+    let actor = q.actor.trim().to_owned();
+    let sender = q.sender.trim().to_owned();
+    let filter = Filter {
+        actor: &actor,
+        sender_id: &sender,
+    };
+    let rows = audit::page(&dashboard.pool, filter, PAGE + 1, (page - 1) * PAGE).await?;
+    let more = rows.len() as i64 > PAGE;
+    Ok(AuditPage {
+        admin: admin.name(),
+        csrf: admin.csrf(),
+        entries: rows
+            .into_iter()
+            .take(PAGE as usize)
+            .map(|e| AuditRow {
+                when: time(Some(e.at)),
+                actor: e.actor,
+                action: e.action,
+                sender: e.sender_id,
+                detail: e.detail.to_string(),
+                note: e.note.unwrap_or_default(),
+            })
+            .collect(),
+        actor,
+        sender,
+        page,
+        more,
+    })
+}

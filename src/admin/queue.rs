@@ -1,0 +1,129 @@
+//! The review queue: senders shadow-banned by a rule, waiting for a decision, with a bulk
+//! "confirm ban".
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::Dashboard;
+use super::auth::Admin;
+use super::error::AdminError;
+use super::format::{PAGE, page_number, time, urlencode};
+use crate::moderation::review::{Review, ReviewAction, ReviewError};
+use crate::moderation::senders::{self, Awaiting};
+
+#[derive(Deserialize)]
+pub(super) struct PageQuery {
+    page: Option<i64>,
+    done: Option<String>,
+}
+
+pub(super) struct QueueRow {
+    id: String,
+    version: i64,
+    rule: String,
+    observed: i64,
+    limit: i64,
+    first_attempt: String,
+    last_attempt: String,
+    held: i64,
+    domains: String,
+}
+
+impl From<Awaiting> for QueueRow {
+    fn from(a: Awaiting) -> Self {
+        QueueRow {
+            id: a.id,
+            version: a.version,
+            rule: a.rule_name.unwrap_or_else(|| "manual".into()),
+            observed: a.observed.unwrap_or(0),
+            limit: a.limit_count.unwrap_or(0),
+            first_attempt: time(a.first_attempt),
+            last_attempt: time(a.last_attempt),
+            held: a.held,
+            domains: a.domains.unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/queue.html")]
+pub(super) struct QueuePage {
+    admin: Option<String>,
+    csrf: String,
+    rows: Vec<QueueRow>,
+    page: i64,
+    more: bool,
+    notice: Option<String>,
+}
+
+pub(super) async fn queue(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Query(q): Query<PageQuery>,
+) -> Result<QueuePage, AdminError> {
+    let page = page_number(q.page);
+    let rows = senders::queue(&dashboard.pool, PAGE + 1, (page - 1) * PAGE).await?;
+    let more = rows.len() as i64 > PAGE;
+    Ok(QueuePage {
+        admin: admin.name(),
+        csrf: admin.csrf(),
+        rows: rows
+            .into_iter()
+            .take(PAGE as usize)
+            .map(QueueRow::from)
+            .collect(),
+        page,
+        more,
+        notice: q.done,
+    })
+}
+
+/// Bulk "confirm ban": the form repeats `sender=<version>:<id>` once per selected row.
+pub(super) async fn confirm_selected(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    body: axum::body::Bytes,
+) -> Result<Response, AdminError> {
+    let mut csrf = String::new();
+    let mut note = String::new();
+    let mut picked = Vec::new();
+    for (name, value) in form_urlencoded::parse(&body) {
+        match name.as_ref() {
+            "csrf" => csrf = value.into_owned(),
+            "note" => note = value.into_owned(),
+            "sender" => picked.push(value.into_owned()),
+            _ => {}
+        }
+    }
+    admin.check_csrf(&csrf)?;
+    let mut confirmed = 0;
+    let mut changed = 0;
+    for pick in &picked {
+        let (version, id) = pick
+            .split_once(':')
+            .and_then(|(v, id)| Some((v.parse::<i64>().ok()?, id)))
+            .ok_or_else(|| AdminError::BadForm("a selected row was malformed".into()))?;
+        let review = Review {
+            sender_id: id,
+            action: ReviewAction::ConfirmBan,
+            seen_version: version,
+            actor: &admin.0.username,
+            note: Some(note.as_str()).filter(|n| !n.trim().is_empty()),
+        };
+        match super::senders::apply(&dashboard, &review).await {
+            Ok(_) => confirmed += 1,
+            Err(ReviewError::Stale { .. } | ReviewError::NotFound(_)) => changed += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut notice = format!("Confirmed {confirmed} ban(s).");
+    if changed > 0 {
+        notice.push_str(&format!(
+            " {changed} sender(s) changed since the page was loaded and were left alone."
+        ));
+    }
+    Ok(Redirect::to(&format!("/admin/queue?done={}", urlencode(&notice))).into_response())
+}

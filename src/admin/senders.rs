@@ -1,0 +1,286 @@
+//! One sender's page: its record, live counters, flags, invites and history, and the review
+//! decisions taken on it.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::Dashboard;
+use super::auth::Admin;
+use super::error::AdminError;
+use super::format::{PAGE, page_number, time, urlencode, why, window};
+use crate::audit;
+use crate::limiter::Check;
+use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
+use crate::moderation::senders::{self, Sender};
+use crate::rules::Scope;
+
+#[derive(Deserialize)]
+pub(super) struct FindQuery {
+    id: String,
+}
+
+pub(super) async fn find_sender(_admin: Admin, Query(q): Query<FindQuery>) -> Redirect {
+    Redirect::to(&format!("/admin/senders/{}", urlencode(q.id.trim())))
+}
+
+pub(super) struct SenderView {
+    id: String,
+    state: String,
+    version: i64,
+    first_seen: String,
+    last_seen: String,
+    held_stored: i64,
+    held_overflow: i64,
+}
+
+impl From<Sender> for SenderView {
+    fn from(s: Sender) -> Self {
+        SenderView {
+            id: s.id,
+            state: s.state,
+            version: s.version,
+            first_seen: time(Some(s.first_seen_at)),
+            last_seen: time(Some(s.last_seen_at)),
+            held_stored: s.held_stored,
+            held_overflow: s.held_overflow,
+        }
+    }
+}
+
+pub(super) struct CounterView {
+    rule: String,
+    count: u64,
+    limit: u64,
+    window: String,
+    action: String,
+}
+
+pub(super) struct FlagView {
+    when: String,
+    rule: String,
+    observed: i64,
+    limit: i64,
+    window: String,
+}
+
+pub(super) struct InviteView {
+    when: String,
+    recipient: String,
+    status: String,
+    why: String,
+}
+
+pub(super) struct AuditView {
+    when: String,
+    actor: String,
+    action: String,
+    note: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/sender.html")]
+pub(super) struct SenderPage {
+    admin: Option<String>,
+    csrf: String,
+    sender: SenderView,
+    counters: Vec<CounterView>,
+    counters_error: Option<String>,
+    flags: Vec<FlagView>,
+    invites: Vec<InviteView>,
+    audit: Vec<AuditView>,
+    page: i64,
+    more: bool,
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+/// The live counters of the sender-scoped rules, read without counting (cost 0).
+async fn counters(dashboard: &Dashboard, id: &str) -> (Vec<CounterView>, Option<String>) {
+    let rules: Vec<_> = dashboard
+        .rules
+        .all()
+        .into_iter()
+        .filter(|r| r.scope == Scope::Sender)
+        .collect();
+    let keys: Vec<_> = rules
+        .iter()
+        .map(|r| {
+            dashboard
+                .keys
+                .key(&format!("sender:{id}"), &r.name, &r.quota)
+        })
+        .collect();
+    let checks: Vec<Check<'_>> = rules
+        .iter()
+        .zip(&keys)
+        .map(|(r, key)| Check {
+            key,
+            quota: &r.quota,
+            cost: 0,
+        })
+        .collect();
+    match dashboard.limiter.check_batch(&checks, None).await {
+        Ok(decisions) => (
+            rules
+                .iter()
+                .zip(decisions)
+                .map(|(r, d)| CounterView {
+                    rule: r.name.clone(),
+                    count: d.count,
+                    limit: r.quota.limit,
+                    window: window((r.quota.window_ms / 1000) as i64),
+                    action: r.action.as_str().to_owned(),
+                })
+                .collect(),
+            None,
+        ),
+        Err(e) => (Vec::new(), Some(format!("Counters are unavailable: {e}"))),
+    }
+}
+
+async fn render_sender(
+    dashboard: &Dashboard,
+    admin: &Admin,
+    id: &str,
+    page: i64,
+    notice: Option<String>,
+    error: Option<String>,
+) -> Result<SenderPage, AdminError> {
+    let pool = &dashboard.pool;
+    let sender = senders::find(pool, id)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("No sender `{id}` has sent an invite.")))?;
+    let flags = senders::flags(pool, id).await?;
+    let invites = senders::invites(pool, id, PAGE + 1, (page - 1) * PAGE).await?;
+    let history = audit::of_sender(pool, id).await?;
+    let (counters, counters_error) = counters(dashboard, id).await;
+    let more = invites.len() as i64 > PAGE;
+    Ok(SenderPage {
+        admin: admin.name(),
+        csrf: admin.csrf(),
+        sender: sender.into(),
+        counters,
+        counters_error,
+        flags: flags
+            .into_iter()
+            .map(|f| FlagView {
+                when: time(Some(f.created_at)),
+                rule: f.rule_name,
+                observed: f.observed,
+                limit: f.limit_count,
+                window: window(f.window_secs),
+            })
+            .collect(),
+        invites: invites
+            .into_iter()
+            .take(PAGE as usize)
+            .map(|i| InviteView {
+                when: time(Some(i.created_at)),
+                why: why(&i.decision),
+                recipient: i.recipient,
+                status: i.status,
+            })
+            .collect(),
+        audit: history
+            .into_iter()
+            .map(|a| AuditView {
+                when: time(Some(a.at)),
+                actor: a.actor,
+                action: a.action,
+                note: a.note.unwrap_or_default(),
+            })
+            .collect(),
+        page,
+        more,
+        notice,
+        error,
+    })
+}
+
+#[derive(Deserialize)]
+pub(super) struct PageQuery {
+    page: Option<i64>,
+    done: Option<String>,
+}
+
+pub(super) async fn sender_page(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Path(id): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Result<SenderPage, AdminError> {
+    render_sender(&dashboard, &admin, &id, page_number(q.page), q.done, None).await
+}
+
+/// Applies one review decision with the dashboard's stores.
+pub(super) async fn apply(
+    dashboard: &Dashboard,
+    review: &Review<'_>,
+) -> Result<review::Reviewed, ReviewError> {
+    review::apply(
+        &dashboard.pool,
+        &dashboard.limiter,
+        &dashboard.keys,
+        &dashboard.rules,
+        review,
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(super) struct ReviewForm {
+    csrf: String,
+    version: i64,
+    action: String,
+    #[serde(default)]
+    note: String,
+}
+
+pub(super) async fn review_sender(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Path(id): Path<String>,
+    axum::Form(form): axum::Form<ReviewForm>,
+) -> Result<Response, AdminError> {
+    admin.check_csrf(&form.csrf)?;
+    let action: ReviewAction = form.action.parse().map_err(AdminError::BadForm)?;
+    let note = form.note.trim();
+    let review = Review {
+        sender_id: &id,
+        action,
+        seen_version: form.version,
+        actor: &admin.0.username,
+        note: Some(note).filter(|n| !n.is_empty() && n.len() <= 500),
+    };
+    let back = |notice: &str| {
+        Redirect::to(&format!(
+            "/admin/senders/{}?done={}",
+            urlencode(&id),
+            urlencode(notice)
+        ))
+        .into_response()
+    };
+    match apply(&dashboard, &review).await {
+        Ok(done) => Ok(back(&format!(
+            "Done: {} ({} held invite(s) changed).",
+            action.as_str().replace('_', " "),
+            done.invites_changed
+        ))),
+        Err(e @ ReviewError::Stale { .. }) => {
+            let page = render_sender(&dashboard, &admin, &id, 1, None, Some(e.to_string())).await?;
+            Ok((StatusCode::CONFLICT, page).into_response())
+        }
+        Err(e @ ReviewError::Limiter(_)) => {
+            // The decision is committed; only clearing the counters failed.
+            tracing::warn!(error = %e, "review applied, counters not cleared");
+            Ok(back(
+                "Done, but the sender's counters could not be cleared.",
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,90 @@
+//! The audit log: who did what to whom and when. Moderation, rule edits and the dashboard write
+//! to it; the dashboard reads it back page by page.
+
+use serde_json::Value;
+use sqlx::{PgPool, Postgres, Transaction};
+
+/// The actor of automatic decisions.
+pub const SYSTEM: &str = "system";
+
+/// One line of the audit log, as written.
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub sender_id: Option<&'a str>,
+    pub rule_id: Option<i64>,
+    pub detail: Value,
+    pub note: Option<&'a str>,
+}
+
+/// Writes one entry in the caller's transaction.
+pub async fn write(
+    tx: &mut Transaction<'_, Postgres>,
+    entry: Entry<'_>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO audit_log (actor, action, sender_id, rule_id, detail, note)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(entry.actor)
+    .bind(entry.action)
+    .bind(entry.sender_id)
+    .bind(entry.rule_id)
+    .bind(entry.detail)
+    .bind(entry.note)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// One line of the audit log, as read.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Recorded {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub actor: String,
+    pub action: String,
+    pub sender_id: Option<String>,
+    pub detail: Value,
+    pub note: Option<String>,
+}
+
+/// The audit log, newest first, optionally of one admin (`$1`) or sender (`$2`).
+pub const PAGE: &str = "SELECT at, actor, action, sender_id, detail, note FROM audit_log
+     WHERE ($1 = '' OR actor = $1) AND ($2 = '' OR sender_id = $2)
+     ORDER BY at DESC, id DESC LIMIT $3 OFFSET $4";
+
+/// A sender's history, newest first.
+pub const OF_SENDER: &str = "SELECT at, actor, action, sender_id, detail, note FROM audit_log
+     WHERE sender_id = $1 ORDER BY at DESC, id DESC LIMIT 100";
+
+/// Which entries a page shows; an empty filter matches every entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter<'a> {
+    pub actor: &'a str,
+    pub sender_id: &'a str,
+}
+
+/// `limit` entries matching `filter`, after skipping `offset`.
+pub async fn page(
+    pool: &PgPool,
+    filter: Filter<'_>,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<Recorded>, sqlx::Error> {
+    sqlx::query_as(PAGE)
+        .bind(filter.actor)
+        .bind(filter.sender_id)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(pool)
+        .await
+}
+
+/// The last hundred entries about one sender.
+pub async fn of_sender(pool: &PgPool, sender_id: &str) -> Result<Vec<Recorded>, sqlx::Error> {
+    sqlx::query_as(OF_SENDER)
+        .bind(sender_id)
+        .fetch_all(pool)
+        .await
+}

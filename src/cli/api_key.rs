@@ -1,0 +1,71 @@
+//! `sendguard api-key create|revoke|list`: the keys calling apps authenticate with.
+
+use clap::Subcommand;
+use sendguard::api_keys;
+use sendguard::config::Database;
+use sendguard::limiter::simulate::to_table;
+
+use super::Failure;
+
+#[derive(Subcommand)]
+pub enum ApiKeyCommand {
+    /// Create a key; it is printed once, only its hash is stored.
+    Create {
+        name: String,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// Revoke a key: requests carrying it get 401 from then on.
+    Revoke {
+        name: String,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// List the keys (names and dates; the keys themselves are not stored).
+    List {
+        #[command(flatten)]
+        database: Database,
+    },
+}
+
+impl ApiKeyCommand {
+    pub async fn run(self) -> Result<(), Failure> {
+        match self {
+            ApiKeyCommand::Create { name, database } => {
+                let pool = super::database(&database).await?;
+                let key = api_keys::create(&pool, &name).await?;
+                pool.close().await;
+                println!("{key}");
+                eprintln!("API key `{name}` created. It is shown only now: store it safely.");
+            }
+            ApiKeyCommand::Revoke { name, database } => {
+                let pool = super::database(&database).await?;
+                let revoked = api_keys::revoke(&pool, &name).await?;
+                pool.close().await;
+                if !revoked {
+                    return Err(format!("no live API key named `{name}`").into());
+                }
+                println!("API key `{name}` revoked");
+            }
+            ApiKeyCommand::List { database } => {
+                let pool = super::database(&database).await?;
+                let keys = api_keys::list(&pool).await?;
+                pool.close().await;
+                let rows: Vec<Vec<String>> = keys
+                    .into_iter()
+                    .map(|k| {
+                        vec![
+                            k.name,
+                            k.created_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+                            k.revoked_at
+                                .map(|t| format!("revoked {}", t.format("%Y-%m-%d %H:%M UTC")))
+                                .unwrap_or_else(|| "live".into()),
+                        ]
+                    })
+                    .collect();
+                print!("{}", to_table(&["name", "created", "state"], &rows));
+            }
+        }
+        Ok(())
+    }
+}

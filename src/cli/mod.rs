@@ -1,0 +1,73 @@
+//! The subcommands: what each one parses, and the one place that dispatches them.
+
+mod admin;
+mod api_key;
+mod bench;
+mod migrate;
+mod serve;
+mod simulate;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sendguard::config::{Config, Database};
+use sqlx::PgPool;
+
+/// What a subcommand fails with, as printed.
+pub type Failure = Box<dyn std::error::Error>;
+
+#[derive(Parser)]
+#[command(
+    name = "sendguard",
+    version,
+    about = "Spam and abuse guard for invitation emails"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API and the mail worker; applies migrations first.
+    Serve(Box<Config>),
+    /// Apply migrations and exit.
+    Migrate(Database),
+    /// Manage the API keys the calling app authenticates with.
+    #[command(subcommand)]
+    ApiKey(api_key::ApiKeyCommand),
+    /// Manage dashboard admins.
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
+    /// Replay generated traffic through every algorithm and compare each with an exact window.
+    Simulate(simulate::SimulateArgs),
+    /// Measure the service's parts against their ceilings.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// How tables are printed.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+}
+
+impl Cli {
+    pub async fn run(self) -> Result<(), Failure> {
+        match self.command {
+            Command::Serve(cfg) => serve::run(&cfg).await,
+            Command::Migrate(db) => migrate::run(&db).await,
+            Command::ApiKey(command) => command.run().await,
+            Command::Admin(command) => command.run().await,
+            Command::Simulate(args) => {
+                simulate::run(&args);
+                Ok(())
+            }
+            Command::Bench(command) => command.run().await,
+        }
+    }
+}
+
+/// A pool on a database that exists and is migrated, for one command.
+async fn database(db: &Database) -> Result<PgPool, Failure> {
+    Ok(sendguard::db::connect_and_migrate(&db.database_url).await?)
+}

@@ -1,0 +1,47 @@
+//! `sendguard serve`: the API, the dashboard and the workers, until Ctrl-C or SIGTERM.
+
+use sendguard::config::Config;
+
+use super::Failure;
+
+pub async fn run(cfg: &Config) -> Result<(), Failure> {
+    init_logs(cfg.log_json);
+    let running = sendguard::start(cfg).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,71 @@
+//! What every request goes through: the bound on requests in flight, timing by route and
+//! status, a request id, and the one log line of an error's cause.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+use super::{ApiError, ErrorCause};
+use crate::metrics::Metrics;
+
+/// The middleware's state.
+#[derive(Clone)]
+pub struct Edge {
+    /// Permits for requests in flight.
+    pub in_flight: Arc<Semaphore>,
+    pub metrics: Metrics,
+}
+
+/// Bounds the requests in flight, times every request by route and status, and gives it an id:
+/// the caller's `x-request-id` when it sent a sane one, a new one otherwise, returned in the
+/// answer and on the log lines.
+pub async fn observe(State(edge): State<Edge>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    // Beyond the bound, shed load at once rather than queue without end.
+    let Ok(_permit) = edge.in_flight.clone().try_acquire_owned() else {
+        edge.metrics
+            .count("sendguard_dependency_errors_total", &[("kind", "overload")]);
+        return ApiError::unavailable("too many requests in flight; retry shortly").into_response();
+    };
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 64
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let span = tracing::info_span!("request", id = %id, method = %request.method(), route = %route);
+    let mut response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    if let Some(cause) = response.extensions_mut().remove::<ErrorCause>() {
+        let _entered = span.enter();
+        let status = response.status().as_u16();
+        if cause.serious {
+            tracing::error!(status, error = %cause.message, "request failed");
+        } else {
+            tracing::debug!(status, error = %cause.message, "request failed");
+        }
+    }
+    edge.metrics.observe(
+        "sendguard_http_request_seconds",
+        &[("route", &route), ("status", response.status().as_str())],
+        started.elapsed(),
+    );
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    response
+}

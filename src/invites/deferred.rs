@@ -1,0 +1,74 @@
+//! Invites recorded while Redis could not be asked (`SENDGUARD_ON_REDIS_ERROR=defer`) are
+//! checked against the rules once it answers again, each with its own timestamp, oldest first.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::validate::ValidInvite;
+use super::{InviteError, InviteService, store};
+
+/// Deferred invites decided per transaction.
+const BATCH: i64 = 100;
+
+impl InviteService {
+    /// Checks one batch of deferred invites; returns how many were decided (0 while Redis
+    /// still does not answer). A `reject` verdict becomes `suppressed`: the caller was answered
+    /// 200 long ago.
+    pub async fn recheck_deferred(&self) -> Result<usize, InviteError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = store::claim_deferred(&mut tx, BATCH).await?;
+        let mut decided = 0;
+        for row in &rows {
+            let invite = ValidInvite {
+                sender_ip: row.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
+                sender_id: row.sender_id.clone(),
+                recipient: row.recipient.clone(),
+                recipient_domain: row.recipient_domain.clone(),
+                resource: None,
+                message: None,
+                sender_name: None,
+            };
+            let state = self.senders.get(&self.pool, &invite.sender_id).await?;
+            let at_ms = row.created_at.timestamp_millis().max(0) as u64;
+            let d = match self.decide(&invite, state, Some(at_ms)).await {
+                Ok(d) => d,
+                // Still down: what was decided so far is kept, the rest waits.
+                Err(InviteError::Limiter(_)) => break,
+                Err(e) => return Err(e),
+            };
+            if let Some(b) = &d.breach {
+                store::flag(&mut tx, &invite.sender_id, b).await?;
+            }
+            let mut decision = d.decision;
+            decision["deferred"] = json!(true);
+            store::settle_deferred(&mut tx, row, d.status, &decision).await?;
+            decided += 1;
+        }
+        tx.commit().await?;
+        if decided > 0 {
+            tracing::info!(decided, "deferred invites checked");
+        }
+        Ok(decided)
+    }
+
+    /// Re-checks deferred invites every second until `stop` is cancelled.
+    pub async fn watch_deferred(self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.cancelled() => return,
+            }
+            loop {
+                match self.recheck_deferred().await {
+                    // A full batch: there may be more at once.
+                    Ok(n) if n == BATCH as usize && !stop.is_cancelled() => continue,
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "re-checking deferred invites failed"),
+                }
+                break;
+            }
+        }
+    }
+}

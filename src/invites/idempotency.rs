@@ -1,0 +1,53 @@
+//! `Idempotency-Key` (DESIGN.md §4): the same key of one API key with the same body answers the
+//! first id and never sends twice; with another body it is refused. The key and a hash of the
+//! body are stored with the invite, under a unique constraint, so two racing requests cannot
+//! both be recorded.
+
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// The unique constraint on (api_key_id, idempotency_key).
+const KEY_CONSTRAINT: &str = "invites_api_key_id_idempotency_key_key";
+
+/// What a key was used for before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Earlier {
+    /// Never used.
+    Unused,
+    /// Used with the same body: answer this id again.
+    Same(Uuid),
+    /// Used with another body.
+    Conflict,
+}
+
+/// The hash stored to tell a repeated body from another one.
+pub fn request_hash(body: &[u8]) -> Vec<u8> {
+    Sha256::digest(body).to_vec()
+}
+
+pub async fn earlier(
+    pool: &PgPool,
+    api_key_id: i64,
+    key: &str,
+    request_hash: &[u8],
+) -> Result<Earlier, sqlx::Error> {
+    let found: Option<(Uuid, Option<Vec<u8>>)> = sqlx::query_as(
+        "SELECT id, request_hash FROM invites WHERE api_key_id = $1 AND idempotency_key = $2",
+    )
+    .bind(api_key_id)
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
+    Ok(match found {
+        None => Earlier::Unused,
+        Some((id, Some(hash))) if hash == request_hash => Earlier::Same(id),
+        Some(_) => Earlier::Conflict,
+    })
+}
+
+/// Whether an insert failed because the same key raced in from another request.
+pub fn is_key_taken(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation() && d.constraint() == Some(KEY_CONSTRAINT))
+}

@@ -1,0 +1,315 @@
+//! The decision policy (DESIGN.md §3a): what the checked rules make of one invite. Pure: no
+//! I/O, so every verdict is tested below.
+
+use serde_json::{Value, json};
+
+use crate::config::RedisPolicy;
+use crate::limiter::Decision;
+use crate::moderation::SenderState;
+use crate::rules::{Action, Rule};
+
+/// The status an invite is recorded with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Queued,
+    Held,
+    Suppressed,
+    /// Redis could not be asked; checked later with the invite's own timestamp.
+    Deferred,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Held => "held",
+            Status::Suppressed => "suppressed",
+            Status::Deferred => "deferred",
+        }
+    }
+}
+
+/// A rule checked for one invite, with the limiter's answer.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub rule: Rule,
+    pub decision: Decision,
+}
+
+/// The answer to a `reject` breach: what the 429 tells the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub rule: String,
+    pub limit: u64,
+    pub remaining: u64,
+    pub window_secs: u64,
+    pub retry_after_secs: u64,
+    pub reset_secs: u64,
+}
+
+/// What the rules say about one invite.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub status: Status,
+    /// The decision record kept with the invite.
+    pub decision: Value,
+    /// The shadow-ban rule it broke, to flag the sender with.
+    pub breach: Option<Checked>,
+    pub rejection: Option<Rejection>,
+}
+
+/// A trusted sender's invite: no rule is checked.
+pub fn trusted() -> Decided {
+    Decided {
+        status: Status::Queued,
+        decision: json!({"reason": "trusted"}),
+        breach: None,
+        rejection: None,
+    }
+}
+
+/// The verdict of the checked rules on an invite from a sender in `state` (not trusted). Held
+/// senders go through the same checks as everyone: their answers must not come sooner (that
+/// would tell them they are banned), and their attempts keep counting.
+pub fn verdict(checked: &[Checked], state: SenderState) -> Decided {
+    let strongest = checked
+        .iter()
+        .filter(|c| !c.decision.allowed)
+        .map(|c| c.rule.action)
+        .max();
+    let mut decision = decision_record(checked, strongest);
+    if strongest == Some(Action::Reject)
+        && let Some(r) = rejection(checked)
+    {
+        return Decided {
+            status: Status::Suppressed,
+            decision,
+            breach: None,
+            rejection: Some(r),
+        };
+    }
+    if state.holds_invites() {
+        decision["reason"] = json!(format!("sender_{}", state.as_str()));
+        return Decided {
+            status: Status::Held,
+            decision,
+            breach: None,
+            rejection: None,
+        };
+    }
+    let status = match strongest {
+        Some(Action::ShadowBan) => Status::Held,
+        Some(Action::Suppress) => Status::Suppressed,
+        _ => Status::Queued,
+    };
+    let breach = checked
+        .iter()
+        .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan)
+        .cloned();
+    Decided {
+        status,
+        decision,
+        breach,
+        rejection: None,
+    }
+}
+
+/// Why an invite got its status: each rule checked, its count, limit and outcome.
+pub fn decision_record(checked: &[Checked], action: Option<Action>) -> Value {
+    let rules: Vec<_> = checked
+        .iter()
+        .map(|c| {
+            json!({
+                "rule": c.rule.name,
+                "scope": c.rule.scope.as_str(),
+                "action": c.rule.action.as_str(),
+                "count": c.decision.count,
+                "limit": c.rule.quota.limit,
+                "window_secs": c.rule.quota.window_ms / 1000,
+                "outcome": if c.decision.allowed { "ok" } else { "exceeded" },
+            })
+        })
+        .collect();
+    json!({"reason": "rules", "action": action.map(Action::as_str), "rules": rules})
+}
+
+/// The exceeded `reject` rule that frees up last, as the caller's answer.
+pub fn rejection(checked: &[Checked]) -> Option<Rejection> {
+    checked
+        .iter()
+        .filter(|c| !c.decision.allowed && c.rule.action == Action::Reject)
+        .max_by_key(|c| c.decision.retry_after_ms)
+        .map(|c| Rejection {
+            rule: c.rule.name.clone(),
+            limit: c.rule.quota.limit,
+            remaining: c.decision.remaining,
+            window_secs: c.rule.quota.window_ms / 1000,
+            retry_after_secs: c.decision.retry_after_ms.div_ceil(1000).max(1),
+            reset_secs: c.decision.reset_after_ms.div_ceil(1000),
+        })
+}
+
+/// What an invite becomes while Redis cannot be asked; `None` when the policy refuses it.
+pub fn without_redis(policy: RedisPolicy) -> Option<Decided> {
+    let (status, reason) = match policy {
+        RedisPolicy::Closed => return None,
+        RedisPolicy::Defer => (Status::Deferred, "redis_unavailable_deferred"),
+        RedisPolicy::Open => (Status::Queued, "redis_unavailable_sent_unchecked"),
+    };
+    Some(Decided {
+        status,
+        decision: json!({"reason": reason}),
+        breach: None,
+        rejection: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Algorithm, EdgeMode, Quota};
+    use crate::rules::Scope;
+
+    fn rule(name: &str, action: Action, limit: u64) -> Rule {
+        Rule {
+            id: 1,
+            name: name.into(),
+            scope: Scope::Sender,
+            quota: Quota::new(limit, 3600, Algorithm::HashCounters(EdgeMode::Harsh)),
+            action,
+            enabled: true,
+            version: 1,
+        }
+    }
+
+    /// A rule checked with `count` attempts in its window.
+    fn checked(name: &str, action: Action, limit: u64, count: u64) -> Checked {
+        let allowed = count <= limit;
+        Checked {
+            rule: rule(name, action, limit),
+            decision: Decision {
+                allowed,
+                count,
+                limit,
+                remaining: limit.saturating_sub(count),
+                retry_after_ms: if allowed { 0 } else { 1500 * count },
+                reset_after_ms: 3_600_000,
+            },
+        }
+    }
+
+    #[test]
+    fn an_invite_within_every_limit_is_queued() {
+        let d = verdict(
+            &[checked("a", Action::ShadowBan, 5, 5)],
+            SenderState::Active,
+        );
+        assert_eq!(d.status, Status::Queued);
+        assert!(d.breach.is_none() && d.rejection.is_none());
+        assert_eq!(d.decision["reason"], "rules");
+        assert_eq!(d.decision["action"], Value::Null);
+    }
+
+    #[test]
+    fn a_shadow_ban_breach_holds_the_invite_and_names_the_rule() {
+        let d = verdict(
+            &[
+                checked("quiet", Action::Monitor, 1, 9),
+                checked("loud", Action::ShadowBan, 5, 6),
+            ],
+            SenderState::Active,
+        );
+        assert_eq!(d.status, Status::Held);
+        assert_eq!(d.breach.expect("breach").rule.name, "loud");
+        assert_eq!(d.decision["action"], "shadow_ban");
+    }
+
+    #[test]
+    fn the_strongest_breached_action_wins() {
+        let suppress = checked("s", Action::Suppress, 1, 2);
+        let monitor = checked("m", Action::Monitor, 1, 2);
+        let d = verdict(&[monitor.clone(), suppress.clone()], SenderState::Active);
+        assert_eq!(d.status, Status::Suppressed);
+        assert!(d.breach.is_none());
+        let d = verdict(&[monitor], SenderState::Active);
+        assert_eq!(d.status, Status::Queued);
+        assert_eq!(d.decision["action"], "monitor");
+        let reject = checked("r", Action::Reject, 1, 2);
+        let d = verdict(&[suppress, reject], SenderState::Active);
+        assert!(d.rejection.is_some(), "reject outranks suppress");
+    }
+
+    #[test]
+    fn a_reject_breach_answers_with_the_rule_that_frees_up_last() {
+        let d = verdict(
+            &[
+                checked("early", Action::Reject, 2, 3),
+                checked("late", Action::Reject, 2, 9),
+            ],
+            SenderState::Active,
+        );
+        let r = d.rejection.expect("rejected");
+        assert_eq!(r.rule, "late");
+        assert_eq!((r.limit, r.remaining, r.window_secs), (2, 0, 3600));
+        assert_eq!(r.retry_after_secs, 14, "13.5 s rounded up");
+        assert_eq!(r.reset_secs, 3600);
+    }
+
+    #[test]
+    fn a_reject_breach_outranks_a_held_sender_so_answers_do_not_differ() {
+        let d = verdict(
+            &[checked("r", Action::Reject, 1, 2)],
+            SenderState::ShadowBanned,
+        );
+        assert!(
+            d.rejection.is_some(),
+            "a banned sender gets the same 429 as anyone"
+        );
+    }
+
+    #[test]
+    fn a_held_sender_is_held_with_its_state_as_reason_and_no_new_flag() {
+        for state in [SenderState::ShadowBanned, SenderState::Banned] {
+            let d = verdict(&[checked("a", Action::ShadowBan, 5, 9)], state);
+            assert_eq!(d.status, Status::Held);
+            assert!(d.breach.is_none(), "{state:?}: already flagged");
+            assert_eq!(d.decision["reason"], format!("sender_{}", state.as_str()));
+            assert_eq!(d.decision["rules"][0]["count"], 9, "the count is kept");
+        }
+    }
+
+    #[test]
+    fn the_decision_record_lists_every_rule_with_its_outcome() {
+        let record = decision_record(
+            &[
+                checked("a", Action::Suppress, 3, 4),
+                checked("b", Action::Monitor, 10, 1),
+            ],
+            Some(Action::Suppress),
+        );
+        assert_eq!(
+            record,
+            json!({"reason": "rules", "action": "suppress", "rules": [
+                {"rule": "a", "scope": "sender", "action": "suppress", "count": 4, "limit": 3,
+                 "window_secs": 3600, "outcome": "exceeded"},
+                {"rule": "b", "scope": "sender", "action": "monitor", "count": 1, "limit": 10,
+                 "window_secs": 3600, "outcome": "ok"},
+            ]})
+        );
+    }
+
+    #[test]
+    fn trusted_senders_and_redis_outages_have_their_own_reasons() {
+        let t = trusted();
+        assert_eq!(
+            (t.status, t.decision["reason"].as_str()),
+            (Status::Queued, Some("trusted"))
+        );
+        let d = without_redis(RedisPolicy::Defer).expect("defer");
+        assert_eq!(d.status, Status::Deferred);
+        let o = without_redis(RedisPolicy::Open).expect("open");
+        assert_eq!(o.status, Status::Queued);
+        assert_eq!(o.decision["reason"], "redis_unavailable_sent_unchecked");
+        assert!(without_redis(RedisPolicy::Closed).is_none());
+    }
+}

@@ -1,0 +1,81 @@
+//! What operators and orchestrators ask of a running instance: liveness, readiness and the
+//! Prometheus metrics.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use sqlx::PgPool;
+
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+
+/// What the probes need.
+#[derive(Clone)]
+pub struct Ops {
+    pub pool: PgPool,
+    pub limiter: Limiter,
+    pub metrics: Metrics,
+}
+
+/// How long a readiness probe waits for each dependency (probes time out themselves).
+const PROBE: Duration = Duration::from_secs(1);
+
+/// The process is up.
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// 200 only when Postgres and the counters answer, each within a second.
+pub async fn readyz(State(ops): State<Ops>) -> (StatusCode, &'static str) {
+    let pg = tokio::time::timeout(PROBE, sqlx::query("SELECT 1").execute(&ops.pool))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    let counters = tokio::time::timeout(PROBE, ops.limiter.ping())
+        .await
+        .is_ok_and(|r| r.is_ok());
+    match (pg, counters) {
+        (true, true) => (StatusCode::OK, "ready"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "postgres unavailable"),
+        (_, false) => (StatusCode::SERVICE_UNAVAILABLE, "redis unavailable"),
+    }
+}
+
+/// Prometheus text: the process's counters and histograms, and gauges read from Postgres (left
+/// out while it does not answer).
+pub async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
+    let gauges: Option<(i64, f64, i64)> = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM invites WHERE status = 'queued'),
+                COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM invites
+                    WHERE status = 'queued'))::float8, 0),
+                (SELECT count(*) FROM senders WHERE state = 'shadow_banned')",
+    )
+    .fetch_one(&ops.pool)
+    .await
+    .ok();
+    let gauges: Vec<(&str, &str, f64)> = match gauges {
+        Some((depth, oldest, awaiting)) => vec![
+            (
+                "sendguard_outbox_queue_depth",
+                "Invites waiting to be sent.",
+                depth as f64,
+            ),
+            (
+                "sendguard_outbox_oldest_seconds",
+                "Age of the oldest invite waiting to be sent.",
+                oldest,
+            ),
+            (
+                "sendguard_senders_awaiting_review",
+                "Shadow-banned senders waiting for a decision.",
+                awaiting as f64,
+            ),
+        ],
+        None => Vec::new(),
+    };
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        ops.metrics.render(&gauges),
+    )
+}

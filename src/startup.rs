@@ -1,0 +1,235 @@
+//! Startup and shutdown: connects the stores, builds the services, runs the background tasks
+//! under one stop signal, and serves until told to stop.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, Dashboard};
+use crate::api_keys::ApiKeyCache;
+use crate::changes;
+use crate::config::Config;
+use crate::db::{self, DbError};
+use crate::incident::Incident;
+use crate::invites::InviteService;
+use crate::invites::global::GlobalCounts;
+use crate::limiter::{self, KeyPrefix, Limiter, MemoryStore, RedisSettings, RedisStore};
+use crate::mail::{self, Outbox, OutboxSettings, Transport};
+use crate::metrics::Metrics;
+use crate::moderation::SenderStates;
+use crate::retention::Retention;
+use crate::rules::{RuleCache, RuleError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("rules: {0}")]
+    Rules(#[from] RuleError),
+    #[error("redis: {0}")]
+    Limiter(#[from] limiter::LimiterError),
+    #[error(transparent)]
+    Mail(#[from] mail::MailError),
+    #[error("listening on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Everything an instance is made of, connected and ready to serve.
+pub struct Services {
+    pub pool: PgPool,
+    pub limiter: Limiter,
+    pub metrics: Metrics,
+    pub api_keys: ApiKeyCache,
+    pub invites: InviteService,
+    pub dashboard: Dashboard,
+    rules: RuleCache,
+    senders: SenderStates,
+    outbox: Outbox,
+}
+
+impl Services {
+    /// Connects to Postgres (migrating it), the counters' store and the mail transport.
+    pub async fn connect(cfg: &Config) -> Result<Services, StartError> {
+        let pool = db::connect_and_migrate(&cfg.database.database_url).await?;
+        let rules = RuleCache::load(&pool).await?;
+        let limiter = counters(cfg).await?;
+        let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
+        let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
+        let metrics = Metrics::default();
+        let senders = SenderStates::default();
+        let outbox = Outbox::new(
+            pool.clone(),
+            transport,
+            metrics.clone(),
+            OutboxSettings {
+                from: mail::parse_from(&cfg.mail_from)?,
+                public_url: cfg.public_url.clone(),
+                max_attempts: cfg.mail_max_attempts.max(1),
+                retry_base: Duration::from_millis(cfg.mail_retry_base_ms),
+                lease: Duration::from_secs(cfg.mail_lease_secs.max(1)),
+                batch: 32,
+                idle: Duration::from_millis(200),
+            },
+        );
+        let invites = InviteService {
+            metrics: metrics.clone(),
+            pool: pool.clone(),
+            limiter: limiter.clone(),
+            rules: rules.clone(),
+            senders: senders.clone(),
+            global: (cfg.global_flush_ms > 0)
+                .then(|| GlobalCounts::new(Duration::from_millis(cfg.global_flush_ms))),
+            keys: keys.clone(),
+            held_cap: cfg.held_cap,
+            on_redis_error: cfg.on_redis_error,
+            redis: Incident::new("redis"),
+            postgres: Incident::new("postgres"),
+        };
+        let dashboard = Dashboard {
+            pool: pool.clone(),
+            limiter: limiter.clone(),
+            keys,
+            rules: rules.clone(),
+            secure_cookies: cfg.public_url.starts_with("https://"),
+            setup: admin::setup::SetupLink::default(),
+        };
+        Ok(Services {
+            pool,
+            limiter,
+            metrics,
+            api_keys: ApiKeyCache::default(),
+            invites,
+            dashboard,
+            rules,
+            senders,
+            outbox,
+        })
+    }
+}
+
+/// The counters' store named by `REDIS_URL`.
+async fn counters(cfg: &Config) -> Result<Limiter, StartError> {
+    if cfg.redis_url == "memory://" {
+        return Ok(Limiter::Memory(MemoryStore::new()));
+    }
+    let settings = RedisSettings {
+        url: cfg.redis_url.clone(),
+        timeout: cfg.redis_timeout(),
+    };
+    Ok(Limiter::Redis(RedisStore::connect(&settings).await?))
+}
+
+/// A running instance: the server and every background task, stopped by one signal.
+pub struct Running {
+    pub addr: SocketAddr,
+    /// The one-time link to create the first admin, while none exists.
+    pub setup_url: Option<String>,
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// Stops accepting, lets requests in flight and the outbox round in hand finish, and
+    /// flushes the last global counts. Dropping a `Running` instead aborts every task.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        while let Some(done) = self.tasks.join_next().await {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "a task of the instance failed");
+            }
+        }
+    }
+}
+
+/// Starts serving `app` on `cfg.listen` with the background tasks of `services`.
+pub async fn launch(cfg: &Config, services: Services, app: Router) -> Result<Running, StartError> {
+    let setup_url = setup_link(cfg, &services).await?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| StartError::Listen(cfg.listen, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Listen(cfg.listen, e))?;
+    let stop = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let Services {
+        pool,
+        limiter,
+        metrics,
+        api_keys,
+        invites,
+        rules,
+        senders,
+        outbox,
+        ..
+    } = services;
+
+    let global = invites.global.clone();
+    if let Some(global) = &global {
+        tasks.spawn(global.clone().run(limiter.clone(), stop.clone()));
+    }
+    let read_timeout = cfg.read_timeout();
+    let server_limiter = limiter.clone();
+    let server_stop = stop.clone();
+    tasks.spawn(async move {
+        crate::http::server::serve(listener, app, read_timeout, server_stop).await;
+        // Requests in flight have finished: what they counted goes out once more.
+        if let Some(global) = global
+            && let Err(e) = global.flush(&server_limiter).await
+        {
+            tracing::warn!(error = %e, "the last global counts were not flushed");
+        }
+    });
+    tasks.spawn(outbox.run(stop.clone()));
+    tasks.spawn(invites.watch_deferred(stop.clone()));
+    tasks.spawn(
+        changes::Watched {
+            rules,
+            senders,
+            api_keys,
+        }
+        .watch(pool.clone(), stop.clone()),
+    );
+    if cfg.retention_days > 0 {
+        let retention = Retention {
+            pool,
+            metrics,
+            days: cfg.retention_days,
+            batch: 1000,
+            pause: Duration::from_millis(50),
+        };
+        tasks.spawn(retention.run(Duration::from_secs(3600), stop.clone()));
+    }
+    tracing::info!(%addr, "sendguard listening");
+    Ok(Running {
+        addr,
+        setup_url,
+        stop,
+        tasks,
+    })
+}
+
+/// While no admin exists, a one-time link to create the first one, logged.
+async fn setup_link(cfg: &Config, services: &Services) -> Result<Option<String>, StartError> {
+    let admins = admin::accounts::any_exists(&services.pool)
+        .await
+        .map_err(DbError::from)?;
+    if admins {
+        return Ok(None);
+    }
+    let url = format!(
+        "{}/admin/setup?token={}",
+        cfg.public_url.trim_end_matches('/'),
+        services.dashboard.setup.issue()
+    );
+    tracing::warn!(
+        "no admin exists yet: create the first one within an hour at {url} (or run `sendguard admin add NAME`)"
+    );
+    Ok(Some(url))
+}

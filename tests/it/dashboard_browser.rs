@@ -1,0 +1,158 @@
+//! The dashboard in a real browser (headless Chromium over WebDriver) against a running
+//! instance, Postgres, Redis and an SMTP server on 127.0.0.1. It also takes the screenshots in
+//! docs/screenshots/.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::support::api::Api;
+use crate::support::app::{Stage, api_key};
+use crate::support::browser::Browser;
+use reqwest::StatusCode;
+use serde_json::json;
+
+const PASSWORD: &str = "correct horse battery";
+
+/// Where a screenshot goes: docs/screenshots/ with SENDGUARD_SCREENSHOTS=1 (to refresh the
+/// README's pictures), a temporary folder otherwise.
+fn shot(name: &str) -> PathBuf {
+    let dir = if std::env::var("SENDGUARD_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
+    } else {
+        std::env::temp_dir().join(format!("sendguard-screenshots-{}", std::process::id()))
+    };
+    dir.join(format!("{name}.png"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
+    let stage = Stage::start("browser", &[]).await;
+    let pool = &stage.pool;
+    sendguard::admin::accounts::add(pool, "alice", PASSWORD)
+        .await
+        .expect("admin");
+    let base = stage.base();
+    let api = Api::new(base.clone(), api_key(pool).await);
+    let invite = |sender: String, recipient: String| {
+        let request = api.invite(json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}));
+        async move {
+            assert_eq!(request.await.status(), StatusCode::OK);
+        }
+    };
+    let settle = || stage.settle();
+    let b = Browser::start().await;
+
+    // Not logged in: sent to the login page.
+    b.goto(&format!("{base}/admin/queue")).await;
+    assert!(b.wait_for_url("/admin/login").await, "{}", b.url().await);
+    b.screenshot(&shot("login")).await;
+
+    // A wrong password, then the right one.
+    b.fill("#username", "alice").await;
+    b.fill("#password", "wrong password").await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_text("Wrong username or password").await);
+    b.fill("#password", PASSWORD).await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_url("/admin/queue").await, "{}", b.url().await);
+
+    // sender-hourly to 5 through the form; an invalid value first.
+    let rule_id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
+        .fetch_one(pool)
+        .await
+        .expect("rule");
+    b.goto(&format!("{base}/admin/rules")).await;
+    b.screenshot(&shot("rules")).await;
+    b.click(&format!("a[href='/admin/rules/{rule_id}']")).await;
+    assert!(b.wait_for_text("Backtest on the last 24 hours").await);
+    b.fill("#limit", "five").await;
+    b.click("button[value='save']").await;
+    assert!(
+        b.wait_for_text("id=\"limit-error\"").await,
+        "the error shows beside the field"
+    );
+    b.screenshot(&shot("rule-edit-error")).await;
+    b.fill("#limit", "5").await;
+    b.click("button[value='save']").await;
+    assert!(
+        b.wait_for_url("/admin/rules?done=").await,
+        "{}",
+        b.url().await
+    );
+    // Every instance applies a saved rule within a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // A sender over it appears in the review queue.
+    for n in 0..7 {
+        invite("eager".into(), format!("e{n}@example.com")).await;
+    }
+    assert_eq!(settle().await, 5);
+    b.goto(&format!("{base}/admin/queue")).await;
+    assert!(b.wait_for_text("Review queue").await);
+    let page = b.source().await;
+    assert!(
+        page.contains("/admin/senders/eager") && page.contains("6 / 5"),
+        "{page}"
+    );
+    b.screenshot(&shot("queue")).await;
+
+    // Lift and release: the held invites reach the SMTP server.
+    b.click("a[href='/admin/senders/eager']").await;
+    assert!(b.wait_for_text("Live counters").await);
+    b.screenshot(&shot("sender")).await;
+    b.fill("#note", "a busy but real customer").await;
+    b.click("button[value='lift_and_release']").await;
+    assert!(
+        b.wait_for_text("Done: lift and release (2 held invite(s) changed).")
+            .await
+    );
+    assert_eq!(settle().await, 7);
+
+    // Another sender: confirm the ban; later invites are held and never delivered.
+    for n in 0..7 {
+        invite("spammy".into(), format!("s{n}@example.org")).await;
+    }
+    assert_eq!(settle().await, 12);
+    b.goto(&format!("{base}/admin/senders/spammy")).await;
+    b.click("button[value='confirm_ban']").await;
+    assert!(b.wait_for_text("Done: confirm ban").await);
+    for n in 7..10 {
+        invite("spammy".into(), format!("s{n}@example.org")).await;
+    }
+    assert_eq!(settle().await, 12, "nothing more from a confirmed spammer");
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'spammy' AND status = 'held'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("held");
+    assert_eq!(held, 3);
+
+    // A form posted with this browser's session but without the page's CSRF token: refused.
+    let session = b.cookie("sg_session").await.expect("session cookie");
+    let forged = reqwest::Client::new()
+        .post(format!("{base}/admin/senders/eager/review"))
+        .header("cookie", format!("sg_session={session}"))
+        .form(&[
+            ("csrf", "f".repeat(64).as_str()),
+            ("version", "1"),
+            ("action", "confirm_ban"),
+        ])
+        .send()
+        .await
+        .expect("forged post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+
+    // The audit log names the admin on every action.
+    b.goto(&format!("{base}/admin/audit?actor=alice")).await;
+    let page = b.source().await;
+    for action in ["rule_update", "lift_and_release", "confirm_ban"] {
+        assert!(page.contains(action), "{action} missing from the audit log");
+    }
+    b.screenshot(&shot("audit")).await;
+    b.goto(&format!("{base}/admin")).await;
+    assert!(b.wait_for_text("<svg").await);
+    b.screenshot(&shot("overview")).await;
+
+    b.close().await;
+}

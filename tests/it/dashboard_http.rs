@@ -1,0 +1,437 @@
+//! The dashboard over HTTP: login, sessions, CSRF, the review queue and the sender page's
+//! decisions, against a running instance, Postgres, Redis and an SMTP server on 127.0.0.1.
+
+use crate::support::api::Api;
+use crate::support::app::{self as app, api_key, config};
+use crate::support::dashboard::{self, hidden};
+use reqwest::StatusCode;
+
+const PASSWORD: &str = "correct horse battery";
+
+/// A running instance with `sender-hourly` at 3 and an admin, and the API key to feed it.
+struct Stage {
+    inner: app::Stage,
+    base: String,
+    api: Api,
+}
+
+impl std::ops::Deref for Stage {
+    type Target = app::Stage;
+    fn deref(&self) -> &app::Stage {
+        &self.inner
+    }
+}
+
+impl Stage {
+    async fn new(test: &str) -> Stage {
+        let inner = app::Stage::start(
+            test,
+            &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        )
+        .await;
+        sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD)
+            .await
+            .expect("admin");
+        Stage {
+            base: inner.base(),
+            api: Api::new(inner.base(), api_key(&inner.pool).await),
+            inner,
+        }
+    }
+
+    fn browser() -> reqwest::Client {
+        dashboard::client()
+    }
+
+    async fn log_in(&self, client: &reqwest::Client, password: &str) -> reqwest::Response {
+        dashboard::log_in(client, &self.base, "alice", password).await
+    }
+
+    async fn get(&self, client: &reqwest::Client, path: &str) -> (StatusCode, String) {
+        let resp = client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("get");
+        (resp.status(), resp.text().await.expect("body"))
+    }
+
+    async fn invite(&self, sender: &str, recipient: &str) {
+        self.api.accepted(sender, recipient).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_need_a_login_and_a_wrong_password_is_refused() {
+    let stage = Stage::new("dashlogin").await;
+    let browser = Stage::browser();
+    let resp = browser
+        .get(format!("{}/admin/queue", stage.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()["location"], "/admin/login");
+    let (status, page) = stage.get(&browser, "/admin/login").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<label for=\"password\">"));
+
+    let tokenless = browser
+        .post(format!("{}/admin/login", stage.base))
+        .form(&[("username", "alice"), ("password", PASSWORD)])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(
+        tokenless.status(),
+        StatusCode::FORBIDDEN,
+        "a login form needs its token"
+    );
+
+    let wrong = stage.log_in(&browser, "not the password").await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong
+            .text()
+            .await
+            .expect("body")
+            .contains("Wrong username or password")
+    );
+
+    let ok = stage.log_in(&browser, PASSWORD).await;
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    let cookie = ok.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/admin"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http here: {cookie}");
+    let resp = browser
+        .get(format!("{}/admin/queue", stage.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let csp = resp.headers()["content-security-policy"]
+        .to_str()
+        .expect("csp");
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"));
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_are_rate_limited() {
+    let stage = Stage::new("dashlimit").await;
+    let browser = Stage::browser();
+    for _ in 0..10 {
+        let resp = stage.log_in(&browser, "guess").await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+    let resp = stage.log_in(&browser, PASSWORD).await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        resp.text()
+            .await
+            .expect("body")
+            .contains("Too many failed attempts")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
+    let stage = Stage::new("dashlift").await;
+    for n in 0..5 {
+        stage.invite("eager", &format!("e{n}@example.com")).await;
+    }
+    assert_eq!(stage.settle().await, 3);
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(queue.contains("/admin/senders/eager"), "{queue}");
+    assert!(
+        queue.contains("sender-hourly") && queue.contains("4 / 3"),
+        "{queue}"
+    );
+
+    let (status, page) = stage.get(&browser, "/admin/senders/eager").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("exceeded sender-hourly 4/3"),
+        "decision record shown"
+    );
+    assert!(page.contains("sender was shadow-banned"), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let version = hidden(&page, "version");
+    let review_url = format!("{}/admin/senders/eager/review", stage.base);
+
+    // Without the token: refused, nothing changes.
+    let forged = browser
+        .post(&review_url)
+        .form(&[
+            ("csrf", "0".repeat(64).as_str()),
+            ("version", version.as_str()),
+            ("action", "lift_and_release"),
+        ])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'eager'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("state");
+    assert_eq!(state, "shadow_banned");
+
+    let done = browser
+        .post(&review_url)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("version", version.as_str()),
+            ("action", "lift_and_release"),
+            ("note", "known customer"),
+        ])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        stage.settle().await,
+        5,
+        "the two held invites reach the SMTP server"
+    );
+
+    // The same, stale form again: refused with a clear message.
+    let stale = browser
+        .post(&review_url)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("version", version.as_str()),
+            ("action", "confirm_ban"),
+        ])
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    assert!(
+        stale
+            .text()
+            .await
+            .expect("body")
+            .contains("changed since you loaded the page")
+    );
+
+    let (_, page) = stage.get(&browser, "/admin/senders/eager").await;
+    assert!(
+        page.contains("alice")
+            && page.contains("lift_and_release")
+            && page.contains("known customer")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_confirm_from_the_queue_holds_later_invites() {
+    let stage = Stage::new("dashbulk").await;
+    for sender in ["b1", "b2"] {
+        for n in 0..4 {
+            stage
+                .invite(sender, &format!("{sender}-{n}@example.com"))
+                .await;
+        }
+    }
+    assert_eq!(stage.settle().await, 6);
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let csrf = hidden(&queue, "csrf");
+    let picks: Vec<String> = ["b1", "b2"]
+        .iter()
+        .map(|id| {
+            let marker = format!(":{id}\"");
+            let end = queue.find(&marker).expect("row");
+            let start = queue[..end].rfind('"').expect("value start") + 1;
+            format!("{}:{id}", &queue[start..end])
+        })
+        .collect();
+    let body = format!(
+        "csrf={csrf}&sender={}&sender={}&note=spam+wave",
+        picks[0].replace(':', "%3A"),
+        picks[1].replace(':', "%3A")
+    );
+    let resp = browser
+        .post(format!("{}/admin/queue/confirm", stage.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let banned: i64 = sqlx::query_scalar("SELECT count(*) FROM senders WHERE state = 'banned'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("count");
+    assert_eq!(banned, 2);
+    stage.invite("b1", "later@example.com").await;
+    assert_eq!(
+        stage.settle().await,
+        6,
+        "a confirmed ban delivers nothing more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_is_edited_through_its_form_and_backtested() {
+    let stage = Stage::new("dashrules").await;
+    // Traffic to backtest: one sender with four invites, two senders with one each.
+    for n in 0..4 {
+        stage.invite("heavy", &format!("h{n}@example.com")).await;
+    }
+    stage.invite("light1", "l1@example.com").await;
+    stage.invite("light2", "l2@example.com").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, list) = stage.get(&browser, "/admin/rules").await;
+    assert!(list.contains("recipient-daily") && list.contains("ip-hourly"));
+    let id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("rule id");
+    let (_, form) = stage.get(&browser, &format!("/admin/rules/{id}")).await;
+    let csrf = hidden(&form, "csrf");
+    let version = hidden(&form, "version");
+    let url = format!("{}/admin/rules/{id}", stage.base);
+    let post = |limit: &'static str, intent: &'static str| {
+        browser
+            .post(&url)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("version", version.as_str()),
+                ("scope", "sender"),
+                ("limit", limit),
+                ("window", "3600"),
+                ("algorithm", "hash_counters"),
+                ("rule_action", "shadow_ban"),
+                ("enabled", "on"),
+                ("intent", intent),
+            ])
+            .send()
+    };
+    let invalid = post("zero", "save").await.expect("post");
+    assert_eq!(invalid.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let page = invalid.text().await.expect("body");
+    assert!(
+        page.contains("id=\"limit-error\""),
+        "the error sits beside the limit field"
+    );
+
+    let backtest = post("1", "backtest").await.expect("post");
+    assert_eq!(backtest.status(), StatusCode::OK);
+    let page = backtest.text().await.expect("body");
+    assert!(
+        page.contains(
+            "<strong>1</strong> senders would have tripped it, and <strong>3</strong> invites"
+        ),
+        "{page}"
+    );
+
+    let saved = post("5", "save").await.expect("post");
+    assert_eq!(saved.status(), StatusCode::SEE_OTHER);
+    let limit: i64 = sqlx::query_scalar("SELECT limit_count FROM rules WHERE id = $1")
+        .bind(id)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("limit");
+    assert_eq!(limit, 5);
+    // The same form again carries the old version: refused.
+    let stale = post("6", "save").await.expect("post");
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+
+    let (_, audit) = stage.get(&browser, "/admin/audit?actor=alice").await;
+    assert!(audit.contains("rule_update") && audit.contains("alice"));
+    let (_, system) = stage.get(&browser, "/admin/audit?actor=system").await;
+    assert!(system.contains("shadow_ban") && !system.contains("rule_update"));
+    let (status, overview) = stage.get(&browser, "/admin").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(overview.contains("<svg") && overview.contains("senders awaiting review"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_admin_is_created_through_the_one_time_link() {
+    let db = app::TestDb::create("dashsetup").await;
+    let app = sendguard::start(&config(&db, None)).await.expect("start");
+    let link = app
+        .setup_url
+        .clone()
+        .expect("a setup link while no admin exists");
+    let token = link.rsplit("token=").next().expect("token").to_owned();
+    let base = format!("http://{}", app.addr);
+    let browser = Stage::browser();
+    let status = browser
+        .get(format!("{base}/admin/setup?token={}", "0".repeat(64)))
+        .send()
+        .await
+        .expect("get")
+        .status();
+    assert_eq!(status, StatusCode::NOT_FOUND, "a wrong token shows nothing");
+    let page = browser
+        .get(format!("{base}/admin/setup?token={token}"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(page.status(), StatusCode::OK);
+    let form = |p2: &'static str| {
+        browser
+            .post(format!("{base}/admin/setup"))
+            .form(&[
+                ("token", token.as_str()),
+                ("username", "root"),
+                ("password", PASSWORD),
+                ("password2", p2),
+            ])
+            .send()
+    };
+    assert_eq!(
+        form("something else").await.expect("post").status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let created = form(PASSWORD).await.expect("post");
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    let overview = browser
+        .get(format!("{base}/admin"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(overview.status(), StatusCode::OK, "logged in right away");
+    let reuse = browser
+        .get(format!("{base}/admin/setup?token={token}"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(reuse.status(), StatusCode::NOT_FOUND, "the link works once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_is_shown_escaped() {
+    let stage = Stage::new("dashhostile").await;
+    let sender = "<script>alert(1)</script>";
+    for n in 0..4 {
+        stage.invite(sender, &format!("\"x{n}\"@example.com")).await;
+    }
+    stage.settle().await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let (status, page) = stage
+        .get(
+            &browser,
+            "/admin/senders/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for html in [&queue, &page] {
+        assert!(!html.contains("<script>"), "unescaped markup:\n{html}");
+        assert!(html.contains("&lt;script&gt;") || html.contains("&#60;script&#62;"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Every query of the dashboard, the outbox and the retention sweep uses an index on a database
+//! seeded with a million invites, 20,000 senders, 100,000 flags and 200,000 audit entries: none reads a whole
+//! growing table (EXPLAIN, after ANALYZE, with the parameters the pages pass).
+
+use crate::support::app::migrated;
+use serde_json::Value;
+use sqlx::PgPool;
+
+const SEED: &[&str] = &[
+    "INSERT INTO api_keys (name, key_hash) VALUES ('seed', '\\x00')",
+    "INSERT INTO senders (id, state, state_changed_at)
+     SELECT 'u' || n, CASE WHEN n % 100 = 0 THEN 'shadow_banned' ELSE 'active' END, now()
+     FROM generate_series(1, 20000) n",
+    // Five flags per sender: bans come and go over the months.
+    "INSERT INTO flags (sender_id, rule_name, observed, limit_count, window_secs, created_at)
+     SELECT id, 'sender-hourly', 61, 60, 3600, now() - k * interval '9 days'
+     FROM senders, generate_series(1, 5) k",
+    // One invite every five seconds for eight weeks, to 50,000 recipients on 500 domains.
+    "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
+         decision, created_at, next_attempt_at)
+     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 'u' || (n % 20000 + 1),
+         'r' || (n % 50000) || '@d' || (n % 500) || '.example', 'd' || (n % 500) || '.example',
+         (ARRAY['sent', 'sent', 'sent', 'sent', 'held', 'suppressed', 'failed', 'queued'])[n % 8 + 1],
+         '{\"reason\": \"seeded\"}', now() - n * interval '5 seconds',
+         CASE WHEN n % 8 = 7 THEN now() END
+     FROM generate_series(1, 1000000) n",
+    "INSERT INTO audit_log (actor, action, sender_id, at)
+     SELECT CASE WHEN n % 10 = 0 THEN 'alice' ELSE 'system' END, 'shadow_ban',
+         'u' || (n % 20000 + 1), now() - n * interval '30 seconds'
+     FROM generate_series(1, 200000) n",
+    "ANALYZE",
+];
+
+/// Tables that grow with traffic or time.
+const GROWING: [&str; 4] = ["invites", "audit_log", "senders", "flags"];
+
+/// The scans of whole growing tables in a plan, with the relation each reads.
+fn full_scans(plan: &Value, found: &mut Vec<String>) {
+    if plan["Node Type"] == "Seq Scan"
+        && let Some(table) = plan["Relation Name"].as_str()
+        && GROWING.contains(&table)
+    {
+        found.push(table.to_owned());
+    }
+    if let Some(children) = plan["Plans"].as_array() {
+        for child in children {
+            full_scans(child, found);
+        }
+    }
+}
+
+/// A parameter as the code binds it.
+enum P {
+    Text(&'static str),
+    Int4(i32),
+    Int8(i64),
+    Float(f64),
+}
+
+/// The plan Postgres picks for `sql` with these parameters (custom plans, as the first
+/// executions of a prepared statement get).
+async fn plan_of(pool: &PgPool, sql: &str, params: &[P]) -> Value {
+    let explain = format!("EXPLAIN (FORMAT JSON) {sql}");
+    let mut query = sqlx::query_scalar::<_, Value>(&explain);
+    for p in params {
+        query = match p {
+            P::Text(v) => query.bind(*v),
+            P::Int4(v) => query.bind(*v),
+            P::Int8(v) => query.bind(*v),
+            P::Float(v) => query.bind(*v),
+        };
+    }
+    let plan = query
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"));
+    plan[0]["Plan"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_query_uses_an_index_on_a_million_invites() {
+    use P::*;
+    use sendguard::moderation::senders as s;
+    use sendguard::{audit, reports};
+    let (_db, pool) = migrated("explain", SEED).await;
+    let cases: Vec<(&str, &str, Vec<P>)> = vec![
+        ("overview: last 24 hours", reports::STATUSES_24H, vec![]),
+        ("overview: awaiting review", s::AWAITING, vec![]),
+        ("overview: chart", reports::HOURLY, vec![]),
+        ("review queue", s::QUEUE, vec![Int8(51), Int8(0)]),
+        (
+            "sender: invites",
+            s::INVITES,
+            vec![Text("u4200"), Int8(51), Int8(50)],
+        ),
+        ("sender: history", audit::OF_SENDER, vec![Text("u4200")]),
+        (
+            "audit log",
+            audit::PAGE,
+            vec![Text(""), Text(""), Int8(51), Int8(0)],
+        ),
+        (
+            "audit log of an admin",
+            audit::PAGE,
+            vec![Text("alice"), Text(""), Int8(51), Int8(0)],
+        ),
+        (
+            "audit log of a sender",
+            audit::PAGE,
+            vec![Text(""), Text("u4200"), Int8(51), Int8(0)],
+        ),
+        (
+            "rule backtest",
+            sendguard::rules::edit::BACKTEST_INVITES,
+            vec![Int8(200_001)],
+        ),
+        (
+            "outbox claim",
+            sendguard::mail::CLAIM,
+            vec![Text("worker"), Float(60.0), Int8(32)],
+        ),
+        (
+            "retention: invites",
+            sendguard::retention::DELETE_INVITES,
+            vec![Int4(30), Int8(1000)],
+        ),
+        (
+            "retention: audit",
+            sendguard::retention::DELETE_AUDIT,
+            vec![Int4(30), Int8(1000)],
+        ),
+    ];
+    let mut slow = Vec::new();
+    for (name, sql, params) in &cases {
+        let plan = plan_of(&pool, sql, params).await;
+        let mut scans = Vec::new();
+        full_scans(&plan, &mut scans);
+        if !scans.is_empty() {
+            slow.push(format!("{name}: reads all of {scans:?}\n{plan:#}"));
+        }
+    }
+    assert!(slow.is_empty(), "{}", slow.join("\n\n"));
+}

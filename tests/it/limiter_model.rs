@@ -1,0 +1,182 @@
+//! Every algorithm, in process and in Redis, against a naive reference model on random
+//! sequences: sub-window boundaries, costs above 1, reads (cost 0), counting over the limit, and
+//! windows of a minute, an hour and a day; and every script against its in-process mirror when
+//! time steps back.
+
+use std::sync::OnceLock;
+
+use crate::support::reference::Reference;
+use proptest::prelude::*;
+use sendguard::limiter::algorithms::State;
+use sendguard::limiter::{Algorithm, Limiter, Quota, RedisStore};
+
+const WINDOWS: [u64; 3] = [60, 3600, 86_400];
+/// A day boundary, so fixed windows of every length line up.
+const DAY_START: u64 = 1_700_006_400_000;
+
+#[derive(Debug, Clone)]
+struct Case {
+    quota: Quota,
+    start: u64,
+    /// (gap since the previous request in ms, cost)
+    ops: Vec<(u64, u64)>,
+}
+
+/// Cases per property: `PROPTEST_CASES` raises it for a soak run.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A rule of any algorithm and window with a small limit, counting over it or not.
+fn rule() -> impl Strategy<Value = Quota> {
+    (
+        0..Algorithm::ALL.len(),
+        0..WINDOWS.len(),
+        1u64..12,
+        any::<bool>(),
+    )
+        .prop_map(|(a, w, limit, over)| Quota {
+            limit,
+            window_ms: WINDOWS[w] * 1000,
+            algorithm: Algorithm::ALL[a],
+            count_over_limit: over,
+        })
+}
+
+/// Mostly single attempts, some heavier ones, some reads.
+fn cost() -> impl Strategy<Value = u64> {
+    prop_oneof![1 => Just(0u64), 8 => Just(1u64), 3 => 2u64..=4]
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    rule()
+        .prop_flat_map(|quota| {
+            let w_ms = quota.window_ms;
+            let sub = w_ms / 60;
+            let gap = prop_oneof![
+                6 => 0..(sub / 4).max(2),
+                2 => sub.saturating_sub(3)..sub + 3,
+                2 => 0..2 * sub,
+                1 => 0..2 * w_ms,
+            ];
+            (
+                Just(quota),
+                0..w_ms,
+                prop::collection::vec((gap, cost()), 1..60),
+            )
+        })
+        .prop_map(|(quota, offset, ops)| Case {
+            quota,
+            start: DAY_START + offset,
+            ops,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(600)))]
+
+    #[test]
+    fn in_process_matches_the_reference(case in case()) {
+        let mut engine = State::new(case.quota.algorithm);
+        let mut reference = Reference::new(case.quota);
+        let mut t = case.start;
+        for (n, &(gap, cost)) in case.ops.iter().enumerate() {
+            t += gap;
+            let expected = reference.decide(cost, t);
+            // Cost 0 reads: the store runs it on a copy, so the state must not matter here.
+            let got = if cost == 0 {
+                engine.clone().decide(&case.quota, cost, t)
+            } else {
+                engine.decide(&case.quota, cost, t)
+            };
+            prop_assert_eq!(got, expected, "step {} at t={} cost={}", n, t - case.start, cost);
+        }
+    }
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime")
+    })
+}
+
+fn store() -> &'static RedisStore {
+    static STORE: OnceLock<RedisStore> = OnceLock::new();
+    STORE.get_or_init(|| runtime().block_on(crate::support::redis_store()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(200)))]
+
+    #[test]
+    fn redis_matches_the_reference(case in case()) {
+        let limiter = Limiter::Redis(store().clone());
+        let prefix = crate::support::unique_prefix("model");
+        let key = prefix.key("sender:p", "rule", &case.quota);
+        let mut reference = Reference::new(case.quota);
+        let mut t = case.start;
+        for (n, &(gap, cost)) in case.ops.iter().enumerate() {
+            t += gap;
+            let expected = reference.decide(cost, t);
+            let got = runtime()
+                .block_on(limiter.check(&key, &case.quota, cost, Some(t)))
+                .expect("decision");
+            prop_assert_eq!(got, expected, "step {} at t={} cost={}", n, t - case.start, cost);
+        }
+        runtime().block_on(limiter.clear(&[(&key, &case.quota)])).expect("clear");
+    }
+}
+
+/// Like [`case`], but time may step back, as it does when deferred invites are replayed with
+/// their own timestamps: a late event is judged at the newest sub-window and written into its
+/// own. The reference models need time to move forward, so here each script is held to its
+/// in-process mirror, which the first property holds to the reference.
+fn late_case() -> impl Strategy<Value = (Quota, u64, Vec<(i64, u64)>)> {
+    rule().prop_flat_map(|quota| {
+        let w_ms = quota.window_ms as i64;
+        let sub = w_ms / 60;
+        let step = prop_oneof![
+            4 => 0..sub / 2,
+            2 => sub - 3..sub + 3,
+            2 => -(2 * sub)..0,
+            1 => -(2 * w_ms)..2 * w_ms,
+        ];
+        (
+            Just(quota),
+            0..quota.window_ms,
+            prop::collection::vec((step, cost()), 1..80),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(200)))]
+
+    #[test]
+    fn redis_matches_in_process_when_time_steps_back((quota, offset, ops) in late_case()) {
+        let limiter = Limiter::Redis(store().clone());
+        let key = crate::support::unique_prefix("late").key("sender:p", "rule", &quota);
+        let mut engine = State::new(quota.algorithm);
+        let mut t = DAY_START + offset;
+        for (n, &(step, cost)) in ops.iter().enumerate() {
+            t = t.saturating_add_signed(step);
+            let expected = if cost == 0 {
+                engine.clone().decide(&quota, cost, t)
+            } else {
+                engine.decide(&quota, cost, t)
+            };
+            let got = runtime()
+                .block_on(limiter.check(&key, &quota, cost, Some(t)))
+                .expect("decision");
+            prop_assert_eq!(got, expected, "step {} at t={} cost={}", n, t, cost);
+        }
+        runtime().block_on(limiter.clear(&[(&key, &quota)])).expect("clear");
+    }
+}

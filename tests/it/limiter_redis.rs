@@ -1,0 +1,197 @@
+//! The limiter against the real Redis: the race, expiry of every key, the size of a hash, and
+//! recovery from a flushed script cache.
+
+use std::sync::Arc;
+
+use sendguard::limiter::{Algorithm, EdgeMode, Limiter, Quota, now_ms};
+
+/// 200 decisions at once on one key with limit 50 admit exactly 50, for every algorithm: no
+/// read-then-write race, at one instant and on Redis `TIME`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_decisions_admit_exactly_the_limit() {
+    // Several connections, so decisions really interleave at the server.
+    let mut limiters = Vec::new();
+    for _ in 0..8 {
+        limiters.push(Limiter::Redis(crate::support::redis_store().await));
+    }
+    let limiters = Arc::new(limiters);
+    let instant = now_ms();
+    for algorithm in Algorithm::ALL {
+        for at in [Some(instant), None] {
+            // On Redis time a fixed window could roll over mid-test; a day-long window makes
+            // that a one-in-a-day event for every algorithm.
+            let quota = Quota::new(50, 86_400, algorithm);
+            let prefix = crate::support::unique_prefix("race");
+            let key = Arc::new(prefix.key("sender:racer", "rule", &quota));
+            let mut tasks = Vec::new();
+            for n in 0..200 {
+                let limiters = limiters.clone();
+                let key = key.clone();
+                tasks.push(tokio::spawn(async move {
+                    let limiter = &limiters[n % limiters.len()];
+                    limiter.check(&key, &quota, 1, at).await.expect("decision")
+                }));
+            }
+            let mut admitted = 0;
+            for task in tasks {
+                if task.await.expect("task").allowed {
+                    admitted += 1;
+                }
+            }
+            assert_eq!(admitted, 50, "{algorithm} at {at:?}");
+            limiters[0].clear(&[(&key, &quota)]).await.expect("clear");
+        }
+    }
+}
+
+/// No key the engine writes lives forever.
+#[tokio::test]
+async fn every_key_has_a_ttl() {
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix("ttl");
+    let mut expected = std::collections::BTreeSet::new();
+    for algorithm in Algorithm::ALL {
+        for over in [false, true] {
+            let mut quota = Quota::new(3, 60, algorithm);
+            quota.count_over_limit = over;
+            let key = prefix.key(&format!("sender:{over}"), "rule", &quota);
+            // Variants of one family (edge modes, strict) share a key: switching keeps counts.
+            expected.insert(key.as_str().to_owned());
+            if algorithm == Algorithm::SlidingLog {
+                expected.insert(format!("{}:seq", key.as_str()));
+            }
+            // Past the limit, at Redis time and with explicit timestamps.
+            for n in 0..5 {
+                let at = (n % 2 == 0).then(|| now_ms() + n);
+                limiter.check(&key, &quota, 1, at).await.expect("decision");
+            }
+        }
+    }
+    let keys = crate::support::keys_under(&store, &prefix).await;
+    assert_eq!(
+        keys.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        expected
+    );
+    for key in keys {
+        let ttl: i64 = crate::support::query(&store, redis::cmd("PTTL").arg(&key)).await;
+        assert!(ttl > 0, "{key} has PTTL {ttl}");
+        let () = crate::support::query(&store, redis::cmd("DEL").arg(&key)).await;
+    }
+}
+
+/// 1,000 decisions over two hours keep an hourly key at 61 fields or fewer, in a listpack, and
+/// its expiry at one window and one sub-window.
+#[tokio::test]
+async fn an_hourly_hash_stays_small() {
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    for edge in [EdgeMode::Harsh, EdgeMode::Lenient, EdgeMode::Weighted] {
+        let quota = Quota::new(100, 3600, Algorithm::HashCounters(edge)).counting_over_limit();
+        let key = crate::support::unique_prefix("size").key("sender:busy", "sender-hourly", &quota);
+        let start = 1_700_006_400_000u64;
+        let mut max_fields = 0;
+        for n in 0..1000u64 {
+            let at = start + n * 7_200_000 / 1000;
+            limiter
+                .check(&key, &quota, 1, Some(at))
+                .await
+                .expect("decision");
+            if n % 50 == 49 {
+                let fields: u64 =
+                    crate::support::query(&store, redis::cmd("HLEN").arg(key.as_str())).await;
+                max_fields = max_fields.max(fields);
+            }
+        }
+        let fields: u64 = crate::support::query(&store, redis::cmd("HLEN").arg(key.as_str())).await;
+        let encoding: String = crate::support::query(
+            &store,
+            redis::cmd("OBJECT").arg("ENCODING").arg(key.as_str()),
+        )
+        .await;
+        let ttl: i64 = crate::support::query(&store, redis::cmd("PTTL").arg(key.as_str())).await;
+        assert_eq!(fields, 61, "{edge:?}: a busy hour fills every sub-window");
+        assert!(max_fields <= 61, "{edge:?}: {max_fields} fields");
+        assert_eq!(encoding, "listpack", "{edge:?}");
+        assert!(ttl > 3_600_000 && ttl <= 3_660_000, "{edge:?}: PTTL {ttl}");
+        limiter.clear(&[(&key, &quota)]).await.expect("clear");
+    }
+}
+
+/// After `SCRIPT FLUSH` the next decision still runs, once: NOSCRIPT falls back to EVAL.
+#[tokio::test]
+async fn a_flushed_script_cache_is_reloaded() {
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let quota = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let other = Quota::new(5, 3600, Algorithm::SlidingLog);
+    let prefix = crate::support::unique_prefix("noscript");
+    let key = prefix.key("sender:x", "a", &quota);
+    let key2 = prefix.key("sender:x", "b", &other);
+    let at = Some(now_ms());
+    limiter.check(&key, &quota, 1, at).await.expect("first");
+    let () = crate::support::query(&store, redis::cmd("SCRIPT").arg("FLUSH")).await;
+    let checks = [
+        sendguard::limiter::Check {
+            key: &key,
+            quota: &quota,
+            cost: 1,
+        },
+        sendguard::limiter::Check {
+            key: &key2,
+            quota: &other,
+            cost: 2,
+        },
+    ];
+    let out = limiter.check_batch(&checks, at).await.expect("after flush");
+    assert_eq!(out[0].count, 2, "counted once after the flush");
+    assert_eq!(out[1].count, 2);
+    // And EVALSHA works again: the fallback loaded the script.
+    let d = limiter.check(&key, &quota, 1, at).await.expect("again");
+    assert_eq!(d.count, 3);
+    limiter
+        .clear(&[(&key, &quota), (&key2, &other)])
+        .await
+        .expect("clear");
+}
+
+/// A sub-window opened by a denied attempt and then written by an allowed one keeps the key alive
+/// until that write leaves the window, not just until the older writes do.
+#[tokio::test]
+async fn a_later_write_extends_the_expiry() {
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let quota = Quota::new(2, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let key = crate::support::unique_prefix("expiry").key("sender:late", "r", &quota);
+    // The first write comes at the end of its minute, so it leaves the window 59.9 s before a
+    // write at the start of a later minute does: the two expiries tell which one was set.
+    let t0 = 1_700_006_400_000u64 - 100;
+    let half_hour = 1_800_000 + 100;
+    assert!(
+        limiter
+            .check(&key, &quota, 1, Some(t0))
+            .await
+            .expect("first")
+            .allowed
+    );
+    // Half an hour later: too costly to fit, then one that fits, in the same minute.
+    let denied = limiter
+        .check(&key, &quota, 2, Some(t0 + half_hour))
+        .await
+        .expect("denied");
+    assert!(!denied.allowed);
+    let allowed = limiter
+        .check(&key, &quota, 1, Some(t0 + half_hour + 1000))
+        .await
+        .expect("allowed");
+    assert!(allowed.allowed);
+    let ttl: i64 = crate::support::query(&store, redis::cmd("PTTL").arg(key.as_str())).await;
+    // Set by the last write: 61 minutes less the 1 s into its minute (the first gave 60 min 0.1 s).
+    assert!(
+        ttl > 3_630_000,
+        "PTTL {ttl}: the key would die before its last write left the window"
+    );
+    limiter.clear(&[(&key, &quota)]).await.expect("clear");
+}

@@ -1,0 +1,20 @@
+//! The integration tests, as one binary: one module per area, sharing `support`.
+
+mod dashboard_browser;
+mod dashboard_http;
+mod explain;
+mod fuzz_routes;
+mod instances;
+mod invites_api;
+mod limiter_model;
+mod limiter_redis;
+mod metrics;
+mod moderation;
+mod outbox;
+mod postgres_failure;
+mod redis_cluster;
+mod redis_failure;
+mod retention;
+mod shutdown;
+mod slow_clients;
+mod support;

@@ -1,0 +1,94 @@
+//! `/metrics` after a scripted scenario: the counters moved as the scenario says.
+
+use std::time::Duration;
+
+use crate::support::app::{Stage, api_key, queued, wait_for};
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// The value of one exact series in Prometheus text.
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_follow_a_scripted_scenario() {
+    let stage = Stage::start(
+        "metrics",
+        &["UPDATE rules SET limit_count = 2 WHERE name = 'sender-hourly'"],
+    )
+    .await;
+    let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    let base = format!("http://{}", app.addr);
+    let key = api_key(pool).await;
+    let http = reqwest::Client::new();
+    // Three invites from one sender (the third held), one bad request.
+    for n in 0..3 {
+        let resp = http
+            .post(format!("{base}/api/v1/invites"))
+            .bearer_auth(&key)
+            .header("x-request-id", format!("scenario-{n}"))
+            .json(&json!({"sender_id": "m", "recipient": format!("m{n}@example.com")}))
+            .send()
+            .await
+            .expect("invite");
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()["x-request-id"],
+            format!("scenario-{n}").as_str()
+        );
+    }
+    let bad = http
+        .post(format!("{base}/api/v1/invites"))
+        .bearer_auth(&key)
+        .json(&json!({"sender_id": "m"}))
+        .send()
+        .await
+        .expect("invite");
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        bad.headers().contains_key("x-request-id"),
+        "a new id when none was sent"
+    );
+    wait_for(Duration::from_secs(10), || async {
+        queued(pool).await == 0 && sink.messages().len() == 2
+    })
+    .await;
+
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let expect = |name: &str, value: f64| {
+        assert_eq!(series(&text, name), Some(value), "{name} in\n{text}");
+    };
+    expect("sendguard_invites_total{status=\"queued\"}", 2.0);
+    expect("sendguard_invites_total{status=\"held\"}", 1.0);
+    expect("sendguard_invites_total{status=\"sent\"}", 2.0);
+    expect(
+        "sendguard_decisions_total{rule=\"sender-hourly\",action=\"shadow_ban\",outcome=\"exceeded\"}",
+        1.0,
+    );
+    expect(
+        "sendguard_decisions_total{rule=\"sender-hourly\",action=\"shadow_ban\",outcome=\"ok\"}",
+        2.0,
+    );
+    expect("sendguard_redis_seconds_count", 3.0);
+    expect("sendguard_postgres_seconds_count", 3.0);
+    expect("sendguard_smtp_seconds_count", 2.0);
+    expect(
+        "sendguard_http_request_seconds_count{route=\"/api/v1/invites\",status=\"200\"}",
+        3.0,
+    );
+    expect(
+        "sendguard_http_request_seconds_count{route=\"/api/v1/invites\",status=\"422\"}",
+        1.0,
+    );
+    expect("sendguard_outbox_queue_depth", 0.0);
+    expect("sendguard_senders_awaiting_review", 1.0);
+}

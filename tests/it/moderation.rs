@@ -1,0 +1,239 @@
+//! Review actions against a running instance: its Postgres, its Redis counters, and mail that
+//! reaches (or never reaches) an SMTP server on 127.0.0.1.
+
+use std::time::Duration;
+
+use crate::support::api::Api;
+use crate::support::app::{self as app, api_key, queued, wait_for};
+use sendguard::limiter::{KeyPrefix, Limiter};
+use sendguard::moderation::SenderState;
+use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
+use sendguard::rules::RuleCache;
+
+/// A running instance with `sender-hourly` at 3, and what a reviewer needs to act on it.
+struct Stage {
+    inner: app::Stage,
+    api: Api,
+    limiter: Limiter,
+    prefix: KeyPrefix,
+    rules: RuleCache,
+}
+
+impl std::ops::Deref for Stage {
+    type Target = app::Stage;
+    fn deref(&self) -> &app::Stage {
+        &self.inner
+    }
+}
+
+impl Stage {
+    async fn new(test: &str) -> Stage {
+        let prefix = crate::support::unique_prefix("moderation");
+        let inner = app::Stage::start_with(
+            test,
+            &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+            |cfg| cfg.key_prefix = prefix.as_str().to_owned(),
+        )
+        .await;
+        Stage {
+            api: Api::new(inner.base(), api_key(&inner.pool).await),
+            limiter: Limiter::Redis(crate::support::redis_store().await),
+            rules: RuleCache::load(&inner.pool).await.expect("rules"),
+            prefix,
+            inner,
+        }
+    }
+
+    async fn invite(&self, sender: &str, recipient: &str) {
+        self.api.accepted(sender, recipient).await;
+    }
+
+    /// Waits for the outbox to settle; returns the recipients the sink got.
+    async fn delivered(&self) -> Vec<String> {
+        wait_for(Duration::from_secs(15), || async {
+            queued(&self.pool).await == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut to: Vec<String> = self
+            .sink
+            .messages()
+            .iter()
+            .flat_map(|m| m.to.clone())
+            .collect();
+        to.sort();
+        to
+    }
+
+    async fn version(&self, sender: &str) -> i64 {
+        sqlx::query_scalar("SELECT version FROM senders WHERE id = $1")
+            .bind(sender)
+            .fetch_one(&self.pool)
+            .await
+            .expect("sender")
+    }
+
+    async fn review(
+        &self,
+        sender: &str,
+        action: ReviewAction,
+        seen_version: i64,
+    ) -> Result<sendguard::moderation::review::Reviewed, ReviewError> {
+        let review = Review {
+            sender_id: sender,
+            action,
+            seen_version,
+            actor: "alice",
+            note: Some("checked the account"),
+        };
+        apply(
+            &self.pool,
+            &self.limiter,
+            &self.prefix,
+            &self.rules,
+            &review,
+        )
+        .await
+    }
+
+    async fn statuses(&self, sender: &str) -> Vec<(String, i64)> {
+        sqlx::query_as(
+            "SELECT status, count(*) FROM invites WHERE sender_id = $1 GROUP BY 1 ORDER BY 1",
+        )
+        .bind(sender)
+        .fetch_all(&self.pool)
+        .await
+        .expect("statuses")
+    }
+}
+
+fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifting_a_ban_releases_held_invites_and_clears_the_counters() {
+    let stage = Stage::new("lift").await;
+    for n in 0..5 {
+        stage.invite("busy", &format!("b{n}@example.com")).await;
+    }
+    assert_eq!(stage.delivered().await.len(), 3);
+    assert_eq!(
+        stage.statuses("busy").await,
+        counts(&[("held", 2), ("sent", 3)])
+    );
+    let seen = stage.version("busy").await;
+    let done = stage
+        .review("busy", ReviewAction::LiftAndRelease, seen)
+        .await
+        .expect("lift");
+    assert_eq!(done.state, SenderState::Active);
+    assert_eq!(done.invites_changed, 2);
+    assert_eq!(
+        stage.delivered().await.len(),
+        5,
+        "the two held invites are sent"
+    );
+    // The counters were cleared: the next invite is not held at once.
+    stage.invite("busy", "b5@example.com").await;
+    assert_eq!(stage.delivered().await.len(), 6);
+    assert_eq!(stage.statuses("busy").await, counts(&[("sent", 6)]));
+    let (actor, action, note): (String, String, Option<String>) = sqlx::query_as(
+        "SELECT actor, action, note FROM audit_log WHERE sender_id = 'busy' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("audit");
+    assert_eq!(
+        (actor.as_str(), action.as_str(), note.as_deref()),
+        ("alice", "lift_and_release", Some("checked the account"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_ban_discards_held_invites_and_holds_later_ones() {
+    let stage = Stage::new("confirm").await;
+    for n in 0..5 {
+        stage.invite("spam", &format!("s{n}@example.com")).await;
+    }
+    assert_eq!(stage.delivered().await.len(), 3);
+    let seen = stage.version("spam").await;
+    let done = stage
+        .review("spam", ReviewAction::ConfirmBan, seen)
+        .await
+        .expect("confirm");
+    assert_eq!(done.state, SenderState::Banned);
+    for n in 5..8 {
+        stage.invite("spam", &format!("s{n}@example.com")).await;
+    }
+    assert_eq!(
+        stage.delivered().await.len(),
+        3,
+        "nothing more reaches anyone"
+    );
+    assert_eq!(
+        stage.statuses("spam").await,
+        counts(&[("discarded", 2), ("held", 3), ("sent", 3)])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_on_a_sender_that_changed_meanwhile_is_refused() {
+    let stage = Stage::new("stale").await;
+    for n in 0..4 {
+        stage.invite("twice", &format!("t{n}@example.com")).await;
+    }
+    let seen = stage.version("twice").await;
+    // A second admin decides first.
+    stage
+        .review("twice", ReviewAction::ConfirmBan, seen)
+        .await
+        .expect("first decision");
+    let late = stage
+        .review("twice", ReviewAction::LiftAndRelease, seen)
+        .await;
+    assert!(
+        matches!(&late, Err(ReviewError::Stale { state, .. }) if state == "banned"),
+        "{late:?}"
+    );
+    assert_eq!(stage.delivered().await.len(), 3);
+    assert_eq!(
+        stage.statuses("twice").await,
+        counts(&[("discarded", 1), ("sent", 3)]),
+        "the refused lift changed nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_senders_skip_the_rules_and_manual_bans_hold() {
+    let stage = Stage::new("trust").await;
+    stage.invite("vip", "v0@example.com").await;
+    let seen = stage.version("vip").await;
+    stage
+        .review("vip", ReviewAction::MarkTrusted, seen)
+        .await
+        .expect("trust");
+    for n in 1..6 {
+        stage.invite("vip", &format!("v{n}@example.com")).await;
+    }
+    assert_eq!(
+        stage.delivered().await.len(),
+        6,
+        "over the limit, and all sent"
+    );
+
+    stage.invite("quiet", "q0@example.com").await;
+    let seen = stage.version("quiet").await;
+    stage
+        .review("quiet", ReviewAction::ShadowBan, seen)
+        .await
+        .expect("manual ban");
+    stage.invite("quiet", "q1@example.com").await;
+    let delivered = stage.delivered().await;
+    assert!(delivered.contains(&"q0@example.com".to_owned()));
+    assert!(!delivered.contains(&"q1@example.com".to_owned()));
+    assert_eq!(
+        stage.statuses("quiet").await,
+        counts(&[("held", 1), ("sent", 1)])
+    );
+}

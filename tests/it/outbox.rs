@@ -1,0 +1,118 @@
+//! The outbox: giving up after the configured attempts, taking over a dead instance's claim, and
+//! the file transport of a machine without a mail server.
+
+use std::time::Duration;
+
+use crate::support::api::Api;
+use crate::support::app::{api_key, config, migrated, wait_for};
+use crate::support::smtp::SmtpSink;
+use reqwest::StatusCode;
+use serde_json::json;
+
+async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipient: &str) {
+    let resp = Api::new(format!("http://{addr}"), key)
+        .invite(json!({"sender_id": sender, "recipient": recipient, "sender_name": "Bo", "resource": "doc_42"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
+    let (db, pool) = migrated("giveup", &[]).await;
+    let port = crate::support::free_port();
+    let mut cfg = config(&db, Some(format!("smtp://127.0.0.1:{port}")));
+    cfg.mail_max_attempts = 2;
+    cfg.mail_retry_base_ms = 50;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let key = api_key(&pool).await;
+    send_invite(app.addr, &key, "g", "nobody@example.com").await;
+    let failed = wait_for(Duration::from_secs(10), || async {
+        let status: String = sqlx::query_scalar("SELECT status FROM invites")
+            .fetch_one(&pool)
+            .await
+            .expect("status");
+        status == "failed"
+    })
+    .await;
+    assert!(failed, "the invite should be failed after two attempts");
+    let (attempts, error, next): (i32, Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as("SELECT attempts, last_error, next_attempt_at FROM invites")
+            .fetch_one(&pool)
+            .await
+            .expect("invite");
+    assert_eq!(attempts, 2);
+    assert!(error.is_some_and(|e| !e.is_empty()));
+    assert!(next.is_none(), "a failed invite is not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_claimed_by_a_dead_instance_is_sent_when_its_lease_expires() {
+    let (db, pool) = migrated("lease", &[]).await;
+    let key = api_key(&pool).await;
+    let key_id: i64 = sqlx::query_scalar("SELECT id FROM api_keys")
+        .fetch_one(&pool)
+        .await
+        .expect("key id");
+    // As a worker that claimed the invite and died would have left it: a lease of two seconds.
+    sqlx::query("INSERT INTO senders (id) VALUES ('orphan')")
+        .execute(&pool)
+        .await
+        .expect("sender");
+    sqlx::query(
+        "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
+             decision, next_attempt_at, claimed_by, claimed_until)
+         VALUES ($1, $2, 'orphan', 'orphan@example.com', 'example.com', 'queued', '{}',
+             now(), 'dead-worker', now() + interval '2 seconds')",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(key_id)
+    .execute(&pool)
+    .await
+    .expect("claimed invite");
+    let sink = SmtpSink::start().await;
+    let _app = sendguard::start(&config(&db, Some(sink.url())))
+        .await
+        .expect("start");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(sink.messages().is_empty(), "a live lease is respected");
+    let sent = wait_for(Duration::from_secs(10), || async {
+        sink.messages().len() == 1
+    })
+    .await;
+    assert!(sent, "the expired claim was not taken over");
+    let claimed_by: Option<String> = sqlx::query_scalar("SELECT claimed_by FROM invites")
+        .fetch_one(&pool)
+        .await
+        .expect("invite");
+    assert_eq!(claimed_by, None);
+    drop(key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_smtp_messages_are_written_as_eml_files() {
+    let (db, pool) = migrated("filemail", &[]).await;
+    let dir = std::env::temp_dir().join(format!("sendguard-eml-{}", uuid::Uuid::new_v4()));
+    let mut cfg = config(&db, None);
+    cfg.mail_dir = dir.clone();
+    let app = sendguard::start(&cfg).await.expect("start");
+    let key = api_key(&pool).await;
+    send_invite(app.addr, &key, "f", "file@example.com").await;
+    let written = wait_for(Duration::from_secs(10), || async {
+        std::fs::read_dir(&dir).is_ok_and(|d| d.count() == 1)
+    })
+    .await;
+    assert!(written, "no .eml file in {}", dir.display());
+    let entry = std::fs::read_dir(&dir)
+        .expect("dir")
+        .next()
+        .expect("one file")
+        .expect("entry");
+    assert_eq!(
+        entry.path().extension().and_then(|e| e.to_str()),
+        Some("eml")
+    );
+    let raw = std::fs::read_to_string(entry.path()).expect("read eml");
+    assert!(raw.contains("To: file@example.com"), "{raw}");
+    assert!(raw.contains("Subject: Bo invited you to doc_42"), "{raw}");
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

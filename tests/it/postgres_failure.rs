@@ -1,0 +1,71 @@
+//! Postgres goes away under a running server and comes back.
+
+use std::time::Duration;
+
+use crate::support::api::Api;
+use crate::support::app::{api_key, config, migrated, wait_for};
+use crate::support::proxy::Proxy;
+use reqwest::StatusCode;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
+    let (db, pool) = migrated("pgdown", &[]).await;
+    let key = api_key(&pool).await;
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
+    let mut cfg = config(&db, None);
+    cfg.database.database_url = format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
+    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-pgdown-{}", proxy.port));
+    let app = sendguard::start(&cfg).await.expect("start");
+    let base = format!("http://{}", app.addr);
+    let api = Api::new(base.clone(), key);
+    let http = &api.http;
+    let invite =
+        |n: u32| api.invite(json!({"sender_id": "pg", "recipient": format!("p{n}@example.com")}));
+    assert_eq!(invite(0).await.status(), StatusCode::OK);
+
+    proxy.cut();
+    for n in 1..4 {
+        let resp = invite(n).await;
+        assert_eq!(
+            resp.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "never a 200 without the database"
+        );
+        assert!(resp.headers().contains_key("retry-after"));
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    }
+    let ready = http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The dashboard shows an error page, not a panic.
+    let page = http
+        .get(format!("{base}/admin/queue"))
+        .header("cookie", format!("sg_session={}", "a".repeat(64)))
+        .send()
+        .await
+        .expect("dashboard");
+    assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        page.text()
+            .await
+            .expect("body")
+            .contains("database is unavailable")
+    );
+
+    proxy.resume().await;
+    let back = wait_for(Duration::from_secs(15), || async {
+        invite(9).await.status() == StatusCode::OK
+    })
+    .await;
+    assert!(back, "the service recovers by itself");
+    let recipients: Vec<String> =
+        sqlx::query_scalar("SELECT recipient FROM invites ORDER BY recipient")
+            .fetch_all(&pool)
+            .await
+            .expect("recipients");
+    assert_eq!(recipients, ["p0@example.com", "p9@example.com"]);
+}

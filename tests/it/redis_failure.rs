@@ -1,0 +1,153 @@
+//! Redis dies under traffic: what happens to invites under each policy, and after it returns.
+
+use std::time::Duration;
+
+use crate::support::api::Api;
+use crate::support::app::{Stage, api_key, queued, wait_for};
+use crate::support::redis_server::RedisServer;
+use reqwest::StatusCode;
+use sendguard::config::RedisPolicy;
+use serde_json::json;
+
+async fn statuses(pool: &sqlx::PgPool) -> Vec<(String, i64)> {
+    sqlx::query_as("SELECT status, count(*) FROM invites GROUP BY 1 ORDER BY 1")
+        .fetch_all(pool)
+        .await
+        .expect("statuses")
+}
+
+fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_invites_are_checked_once_redis_returns() {
+    let mut redis = RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_with(
+        "deferred",
+        &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        |cfg| {
+            cfg.redis_url = url;
+            cfg.redis_timeout_ms = 300;
+            cfg.on_redis_error = RedisPolicy::Defer;
+        },
+    )
+    .await;
+    let (pool, sink) = (&stage.pool, &stage.sink);
+    let api = Api::new(stage.base(), api_key(pool).await);
+    let invite = |n: u32| {
+        api.invite(json!({"sender_id": "steady", "recipient": format!("d{n}@example.com")}))
+    };
+    for n in 0..2 {
+        assert_eq!(invite(n).await.status(), StatusCode::OK);
+    }
+    wait_for(Duration::from_secs(10), || async {
+        sink.messages().len() == 2
+    })
+    .await;
+
+    redis.kill();
+    for n in 2..6 {
+        let resp = invite(n).await;
+        assert_eq!(resp.status(), StatusCode::OK, "deferred, not refused");
+    }
+    assert_eq!(
+        statuses(pool).await,
+        counts(&[("deferred", 4), ("sent", 2)])
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(sink.messages().len(), 2, "nothing is sent unchecked");
+
+    // Back, empty: the four are counted from zero with their own timestamps; the fourth is over.
+    redis.restart().await;
+    let checked = wait_for(Duration::from_secs(15), || async {
+        let deferred: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'deferred'")
+                .fetch_one(pool)
+                .await
+                .expect("deferred");
+        deferred == 0 && queued(pool).await == 0
+    })
+    .await;
+    assert!(
+        checked,
+        "deferred invites were not checked: {:?}",
+        statuses(pool).await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 5)]));
+    assert_eq!(sink.messages().len(), 5);
+    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'steady'")
+        .fetch_one(pool)
+        .await
+        .expect("sender");
+    assert_eq!(state, "shadow_banned");
+    let marked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM invites WHERE (decision->>'deferred')::boolean")
+            .fetch_one(pool)
+            .await
+            .expect("marked");
+    assert_eq!(marked, 4, "each re-checked invite says it was deferred");
+    // New invites are checked live again.
+    assert_eq!(invite(6).await.status(), StatusCode::OK);
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'held'")
+        .fetch_one(pool)
+        .await
+        .expect("held");
+    assert_eq!(held, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down() {
+    let mut redis = RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_with("closed", &[], |cfg| {
+        cfg.redis_url = url;
+        cfg.redis_timeout_ms = 300;
+        cfg.on_redis_error = RedisPolicy::Closed;
+    })
+    .await;
+    let pool = &stage.pool;
+    let api = Api::new(stage.base(), api_key(pool).await);
+    let invite =
+        |n: u32| api.invite(json!({"sender_id": "c", "recipient": format!("c{n}@example.com")}));
+    assert_eq!(invite(0).await.status(), StatusCode::OK);
+    redis.kill();
+    for n in 1..4 {
+        let resp = invite(n).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(resp.headers().contains_key("retry-after"));
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    }
+    let ready = api
+        .http
+        .get(format!("{}/readyz", api.base))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    redis.restart().await;
+    let back = wait_for(Duration::from_secs(10), || async {
+        invite(9).await.status() == StatusCode::OK
+    })
+    .await;
+    assert!(back, "the service recovers by itself");
+    let ready = api
+        .http
+        .get(format!("{}/readyz", api.base))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(
+        ready.status(),
+        StatusCode::OK,
+        "ready again once Redis answers"
+    );
+    let recorded: Vec<String> =
+        sqlx::query_scalar("SELECT recipient FROM invites ORDER BY recipient")
+            .fetch_all(pool)
+            .await
+            .expect("recipients");
+    assert_eq!(recorded, ["c0@example.com", "c9@example.com"]);
+}

@@ -1,0 +1,243 @@
+//! A fresh database per test, cloned from a template migrated once per run, and the app
+//! started in this process against it. Everything a test starts is cleaned up when dropped.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sendguard::config::{Config, Database, RedisPolicy};
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::sync::OnceCell;
+
+const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn url_of(name: &str) -> String {
+    format!("postgres://postgres@127.0.0.1:5432/{name}")
+}
+
+async fn admin() -> PgConnection {
+    PgConnection::connect(ADMIN_URL)
+        .await
+        .expect("admin connection (scripts/test starts PostgreSQL)")
+}
+
+/// The migrated template of this run, named after the migrations it holds: created by the
+/// first test that needs it (test processes take turns through an advisory lock), then only
+/// cloned. `scripts/test` drops it with the other test databases before each run.
+async fn template() -> &'static str {
+    static TEMPLATE: OnceCell<String> = OnceCell::const_new();
+    TEMPLATE
+        .get_or_init(|| async {
+            let mut digest = Sha256::new();
+            for m in sendguard::db::MIGRATOR.iter() {
+                digest.update(&m.checksum);
+            }
+            let name = format!("sgtest_template_{}", &hex::encode(digest.finalize())[..12]);
+            let mut admin = admin().await;
+            sqlx::query("SELECT pg_advisory_lock(7243001)")
+                .execute(&mut admin)
+                .await
+                .expect("template lock");
+            let exists: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                    .bind(&name)
+                    .fetch_one(&mut admin)
+                    .await
+                    .expect("template lookup");
+            if !exists {
+                // Built under another name and renamed, so no test ever clones a half-made one.
+                let building = format!("{name}_building");
+                drop_database(&mut admin, &building).await;
+                let pool = sendguard::db::connect_and_migrate(&url_of(&building))
+                    .await
+                    .expect("migrate the template");
+                pool.close().await;
+                sqlx::query(&format!(
+                    "ALTER DATABASE \"{building}\" RENAME TO \"{name}\""
+                ))
+                .execute(&mut admin)
+                .await
+                .expect("name the template");
+            }
+            sqlx::query("SELECT pg_advisory_unlock(7243001)")
+                .execute(&mut admin)
+                .await
+                .expect("template unlock");
+            name
+        })
+        .await
+}
+
+async fn drop_database(admin: &mut PgConnection, name: &str) {
+    sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+        .execute(admin)
+        .await
+        .expect("drop test database");
+}
+
+/// A migrated database of its own, dropped when this is dropped.
+pub struct TestDb {
+    pub url: String,
+    pub name: String,
+}
+
+impl TestDb {
+    pub async fn create(test: &str) -> TestDb {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "sgtest_{test}_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let template = template().await;
+        sqlx::query(&format!(
+            "CREATE DATABASE \"{name}\" TEMPLATE \"{template}\""
+        ))
+        .execute(&mut admin().await)
+        .await
+        .expect("clone the template");
+        TestDb {
+            url: url_of(&name),
+            name,
+        }
+    }
+
+    pub async fn pool(&self) -> PgPool {
+        PgPool::connect(&self.url).await.expect("test database")
+    }
+}
+
+impl Drop for TestDb {
+    /// Drops the database from a thread of its own: `Drop` cannot wait on the test's runtime.
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let dropped = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(async { drop_database(&mut admin().await, &name).await }))
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("test database {} was not dropped", self.name);
+        }
+    }
+}
+
+/// The settings of a test instance: loopback, a random port, private Redis keys.
+pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
+    Config {
+        database: Database {
+            database_url: db.url.clone(),
+        },
+        redis_url: super::redis_url(),
+        on_redis_error: RedisPolicy::Defer,
+        key_prefix: super::unique_prefix("app").as_str().to_owned(),
+        redis_timeout_ms: 1000,
+        global_flush_ms: 200,
+        retention_days: 90,
+        listen: "127.0.0.1:0".parse().expect("address"),
+        read_timeout_ms: 10_000,
+        smtp_url,
+        mail_dir: std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id())),
+        mail_from: "sendguard <no-reply@sendguard.test>".into(),
+        public_url: "http://127.0.0.1:8080".into(),
+        held_cap: 1000,
+        mail_max_attempts: 8,
+        mail_retry_base_ms: 100,
+        mail_lease_secs: 60,
+        log_json: false,
+    }
+}
+
+/// Creates an API key in the test database.
+pub async fn api_key(pool: &PgPool) -> String {
+    sendguard::api_keys::create(pool, &format!("test-{}", uuid::Uuid::new_v4()))
+        .await
+        .expect("api key")
+}
+
+/// Polls `check` every 50 ms until it holds or `timeout` passes; returns whether it held.
+pub async fn wait_for<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Invites still waiting for the outbox.
+pub async fn queued(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'queued'")
+        .fetch_one(pool)
+        .await
+        .expect("count queued")
+}
+
+/// A migrated test database with `sql` applied; an app started on it afterwards loads the
+/// rules as `sql` left them.
+pub async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
+    let db = TestDb::create(test).await;
+    let pool = db.pool().await;
+    for statement in sql {
+        sqlx::query(statement).execute(&pool).await.expect("setup");
+    }
+    (db, pool)
+}
+
+/// A running instance on its own database, sending to its own SMTP sink; all of it stops and
+/// is removed when dropped.
+pub struct Stage {
+    // Dropped in this order: the app first, the database last.
+    pub app: sendguard::Running,
+    pub sink: super::smtp::SmtpSink,
+    pub pool: PgPool,
+    pub db: TestDb,
+}
+
+impl Stage {
+    /// `sql` is applied before the app starts (it loads the rules as `sql` left them).
+    pub async fn start(test: &str, sql: &[&str]) -> Stage {
+        Self::start_with(test, sql, |_| {}).await
+    }
+
+    /// As `start`, with the settings adjusted by `adjust` first.
+    pub async fn start_with(test: &str, sql: &[&str], adjust: impl FnOnce(&mut Config)) -> Stage {
+        let (db, pool) = migrated(test, sql).await;
+        let sink = super::smtp::SmtpSink::start().await;
+        let mut cfg = config(&db, Some(sink.url()));
+        adjust(&mut cfg);
+        let app = sendguard::start(&cfg).await.expect("start");
+        Stage {
+            app,
+            sink,
+            pool,
+            db,
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.app.addr)
+    }
+
+    /// Waits until the outbox has nothing left to send, and a little longer so a late extra
+    /// message would still be seen; returns how many messages the sink holds.
+    pub async fn settle(&self) -> usize {
+        wait_for(Duration::from_secs(15), || async {
+            queued(&self.pool).await == 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.sink.messages().len()
+    }
+}

@@ -1,0 +1,108 @@
+//! A real SMTP server on 127.0.0.1 that keeps every message it receives: what lettre sends
+//! crosses a socket and the protocol, as it would to a mail server.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub to: Vec<String>,
+}
+
+pub struct SmtpSink {
+    pub addr: SocketAddr,
+    messages: Arc<Mutex<Vec<Received>>>,
+    task: JoinHandle<()>,
+}
+
+impl SmtpSink {
+    pub async fn start() -> SmtpSink {
+        Self::start_on(0).await
+    }
+
+    /// On a given port (to bring a sink back where a stopped one was).
+    pub async fn start_on(port: u16) -> SmtpSink {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind sink");
+        let addr = listener.local_addr().expect("sink address");
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let store = messages.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let _ = session(stream, store).await;
+                });
+            }
+        });
+        SmtpSink {
+            addr,
+            messages,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("smtp://{}", self.addr)
+    }
+
+    pub fn messages(&self) -> Vec<Received> {
+        self.messages.lock().expect("sink lock").clone()
+    }
+}
+
+/// Stops accepting connections (open ones die with their tasks' listener gone).
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn session(stream: TcpStream, store: Arc<Mutex<Vec<Received>>>) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write.write_all(b"220 sink ESMTP\r\n").await?;
+    let mut to = Vec::new();
+    // Bounded by the client closing the connection.
+    while let Some(line) = lines.next_line().await? {
+        let upper = line.to_ascii_uppercase();
+        if upper.starts_with("EHLO") {
+            write
+                .write_all(b"250-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")
+                .await?;
+        } else if upper.starts_with("HELO") || upper.starts_with("NOOP") {
+            write.write_all(b"250 ok\r\n").await?;
+        } else if upper.starts_with("RSET") {
+            to.clear();
+            write.write_all(b"250 ok\r\n").await?;
+        } else if upper.starts_with("MAIL FROM:") {
+            write.write_all(b"250 ok\r\n").await?;
+        } else if upper.starts_with("RCPT TO:") {
+            to.push(line[8..].trim().trim_matches(['<', '>']).to_owned());
+            write.write_all(b"250 ok\r\n").await?;
+        } else if upper.starts_with("DATA") {
+            write.write_all(b"354 go ahead\r\n").await?;
+            // The message itself is read to its end and not kept.
+            while let Some(l) = lines.next_line().await? {
+                if l == "." {
+                    break;
+                }
+            }
+            store.lock().expect("sink lock").push(Received {
+                to: std::mem::take(&mut to),
+            });
+            write.write_all(b"250 queued\r\n").await?;
+        } else if upper.starts_with("QUIT") {
+            write.write_all(b"221 bye\r\n").await?;
+            return Ok(());
+        } else {
+            write.write_all(b"502 not implemented\r\n").await?;
+        }
+    }
+    Ok(())
+}
