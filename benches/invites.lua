@@ -1,8 +1,9 @@
 -- wrk script for POST /api/v1/invites with realistic traffic (benches/invites.sh runs it).
 --
--- Many senders (SENDERS, default 20,000) invite recipients drawn from a smaller pool (RECIPIENTS,
--- default 5,000) so some addresses repeat; 2% of requests come from five spammers far over their
--- hourly limit. RATE > 0 paces the whole run at that many requests per second: each thread hands
+-- Many senders (SENDERS, default 20,000, named SENDER_PREFIX followed by a number, default "u")
+-- invite recipients drawn from a smaller pool (RECIPIENTS, default 5,000) so some addresses
+-- repeat; SPAM_SHARE of requests (default 0.02) come from five spammers far over their hourly
+-- limit. RATE > 0 paces the whole run at that many requests per second: each thread hands
 -- out send times on a fixed schedule (RATE / WRK_THREADS per second), and a request whose time
 -- has passed goes at once, so slow answers do not lower the rate.
 
@@ -10,6 +11,8 @@ local key = os.getenv("SENDGUARD_API_KEY") or error("SENDGUARD_API_KEY is not se
 local senders = tonumber(os.getenv("SENDERS") or "20000")
 local recipients = tonumber(os.getenv("RECIPIENTS") or "5000")
 local rate = tonumber(os.getenv("RATE") or "0")
+local sender_prefix = os.getenv("SENDER_PREFIX") or "u"
+local spam_share = tonumber(os.getenv("SPAM_SHARE") or "0.02")
 
 wrk.method = "POST"
 wrk.path = "/api/v1/invites"
@@ -57,10 +60,10 @@ end
 
 function request()
   local sender
-  if math.random() < 0.02 then
+  if math.random() < spam_share then
     sender = "spammer" .. math.random(1, 5)
   else
-    sender = "u" .. math.random(1, senders)
+    sender = sender_prefix .. math.random(1, senders)
   end
   local body = string.format(
     '{"sender_id":"%s","recipient":"r%d@example.com","sender_ip":"10.%d.%d.%d","resource":"doc-%d"}',

@@ -44,7 +44,7 @@ pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
 serve_pid=
 start_serve() {
   DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix SENDGUARD_GLOBAL_FLUSH_MS=$1 \
-    SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
+    SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_METRICS_LISTEN=127.0.0.1:0 SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
     $bin serve >/dev/null 2>>"$mail.log" &
   serve_pid=$!
   for _ in $(seq 1 100); do

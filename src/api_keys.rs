@@ -3,28 +3,45 @@
 use std::time::Duration;
 
 use rand::RngCore;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
+use crate::audit::{self, Entry};
 use crate::cache::TtlCache;
 
 /// Prefix of every key, so a leaked one is easy to recognise in logs and scanners.
 const KEY_PREFIX: &str = "sg_";
 
+/// Whether `key` has the shape of a key this service issues (the prefix and 64 lower-case hex
+/// digits). Anything else is refused without a database query.
+pub fn well_formed(key: &str) -> bool {
+    key.strip_prefix(KEY_PREFIX).is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
 fn hash(key: &str) -> Vec<u8> {
     Sha256::digest(key.as_bytes()).to_vec()
 }
 
-/// Creates a key named `name` and returns it; only its hash is stored.
-pub async fn create(pool: &PgPool, name: &str) -> Result<String, sqlx::Error> {
+/// Creates a key named `name` on behalf of `actor` and returns it; only its hash is stored.
+pub async fn create(pool: &PgPool, name: &str, actor: &str) -> Result<String, sqlx::Error> {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let key = format!("{KEY_PREFIX}{}", hex::encode(bytes));
+    let mut tx = pool.begin().await?;
     sqlx::query("INSERT INTO api_keys (name, key_hash) VALUES ($1, $2)")
         .bind(name)
         .bind(hash(&key))
-        .execute(pool)
+        .execute(&mut *tx)
         .await?;
+    let entry = Entry {
+        detail: json!({"name": name}),
+        ..Entry::new(actor, "api_key_create")
+    };
+    audit::write(&mut *tx, entry).await?;
+    tx.commit().await?;
     Ok(key)
 }
 
@@ -42,6 +59,11 @@ impl Default for ApiKeyCache {
 impl ApiKeyCache {
     pub fn clear(&self) {
         self.0.clear();
+    }
+
+    /// The id of a live key this instance has seen lately.
+    pub fn cached(&self, key: &str) -> Option<i64> {
+        self.0.get(&hash(key)).ok()
     }
 }
 
@@ -69,15 +91,27 @@ pub async fn verify(
     Ok(id)
 }
 
-/// Revokes the key named `name`; false when there is no live key of that name.
-pub async fn revoke(pool: &PgPool, name: &str) -> Result<bool, sqlx::Error> {
+/// Revokes the key named `name` on behalf of `actor`; false when there is no live key of that
+/// name.
+pub async fn revoke(pool: &PgPool, name: &str, actor: &str) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
     let revoked = sqlx::query(
         "UPDATE api_keys SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL",
     )
     .bind(name)
-    .execute(pool)
-    .await?;
-    Ok(revoked.rows_affected() == 1)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if revoked {
+        let entry = Entry {
+            detail: json!({"name": name}),
+            ..Entry::new(actor, "api_key_revoke")
+        };
+        audit::write(&mut *tx, entry).await?;
+    }
+    tx.commit().await?;
+    Ok(revoked)
 }
 
 /// A key as listed: never the key itself.
@@ -92,4 +126,23 @@ pub async fn list(pool: &PgPool) -> Result<Vec<KeyInfo>, sqlx::Error> {
     sqlx::query_as("SELECT name, created_at, revoked_at FROM api_keys ORDER BY created_at")
         .fetch_all(pool)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::well_formed;
+
+    #[test]
+    fn only_issued_shapes_are_well_formed() {
+        assert!(well_formed(&format!("sg_{}", "0a".repeat(32))));
+        for bad in [
+            "guess",
+            "sg_",
+            &format!("sg_{}", "0A".repeat(32)),
+            &format!("sg_{}", "0a".repeat(33)),
+            &format!("xx_{}", "0a".repeat(32)),
+        ] {
+            assert!(!well_formed(bad), "{bad}");
+        }
+    }
 }

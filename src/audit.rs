@@ -2,7 +2,7 @@
 //! to it; the dashboard reads it back page by page.
 
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgExecutor, PgPool};
 
 /// The actor of automatic decisions.
 pub const SYSTEM: &str = "system";
@@ -10,32 +10,56 @@ pub const SYSTEM: &str = "system";
 /// One line of the audit log, as written.
 #[derive(Debug, Clone)]
 pub struct Entry<'a> {
+    /// `system`, an admin's name, or the operator of a command.
     pub actor: &'a str,
     pub action: &'a str,
+    /// The admin the entry is about or by, when there is one.
+    pub admin_id: Option<i64>,
     pub sender_id: Option<&'a str>,
     pub rule_id: Option<i64>,
     pub detail: Value,
     pub note: Option<&'a str>,
 }
 
-/// Writes one entry in the caller's transaction.
-pub async fn write(
-    tx: &mut Transaction<'_, Postgres>,
-    entry: Entry<'_>,
-) -> Result<(), sqlx::Error> {
+impl<'a> Entry<'a> {
+    /// An entry with nothing but who and what.
+    pub fn new(actor: &'a str, action: &'a str) -> Self {
+        Entry {
+            actor,
+            action,
+            admin_id: None,
+            sender_id: None,
+            rule_id: None,
+            detail: Value::Object(Default::default()),
+            note: None,
+        }
+    }
+}
+
+/// Writes one entry, in the caller's transaction or on its own.
+pub async fn write<'e>(db: impl PgExecutor<'e>, entry: Entry<'_>) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO audit_log (actor, action, sender_id, rule_id, detail, note)
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO audit_log (actor, action, admin_id, sender_id, rule_id, detail, note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(entry.actor)
     .bind(entry.action)
+    .bind(entry.admin_id)
     .bind(entry.sender_id)
     .bind(entry.rule_id)
     .bind(entry.detail)
     .bind(entry.note)
-    .execute(&mut **tx)
+    .execute(db)
     .await?;
     Ok(())
+}
+
+/// Who runs a command-line change, for the audit log: `SENDGUARD_OPERATOR`, else the OS user.
+pub fn operator() -> String {
+    ["SENDGUARD_OPERATOR", "USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
+        .unwrap_or_else(|| "operator".to_owned())
 }
 
 /// One line of the audit log, as read.

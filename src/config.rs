@@ -1,10 +1,11 @@
 //! Typed configuration of `serve`: every setting from a flag or its environment variable.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use ipnet::IpNet;
 
 /// What the API does when Redis cannot be asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -58,6 +59,29 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// Where `/metrics` is served; never on the public listener, whose answers must tell a
+    /// sender nothing about counts.
+    #[arg(
+        long,
+        env = "SENDGUARD_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
+    pub metrics_listen: SocketAddr,
+
+    /// Proxies (addresses or CIDR blocks, comma-separated) whose `X-Forwarded-For` names the
+    /// client; from anyone else the header is ignored.
+    #[arg(long, env = "SENDGUARD_TRUSTED_PROXIES", value_delimiter = ',', value_parser = network)]
+    pub trusted_proxies: Vec<IpNet>,
+
+    /// Connections one client address may hold open at once (IPv6 by /64); trusted proxies
+    /// are exempt. 0: no limit.
+    #[arg(
+        long,
+        env = "SENDGUARD_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 256
+    )]
+    pub max_connections_per_client: usize,
+
     /// How long a client may take to send a request's headers, and an invite's body, in
     /// milliseconds: a slow client cannot hold a connection forever.
     #[arg(long, env = "SENDGUARD_READ_TIMEOUT_MS", default_value_t = 10_000)]
@@ -110,6 +134,14 @@ pub struct Config {
     /// Log lines as JSON.
     #[arg(long, env = "SENDGUARD_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
+}
+
+/// An address block (`10.0.0.0/8`), or one address as a block of its own.
+fn network(s: &str) -> Result<IpNet, String> {
+    let s = s.trim();
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("`{s}` is neither an address nor an address block"))
 }
 
 impl Config {

@@ -27,15 +27,21 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::FromRef;
+use axum::middleware::{from_fn_with_state, map_response_with_state};
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
 
 pub use startup::{Running, StartError};
 
-/// Requests served at once; more are answered 503 at once.
-const MAX_IN_FLIGHT: usize = 1024;
-/// Largest body any route reads (the invite API bounds its own to 16 KiB).
-const MAX_BODY: usize = 64 * 1024;
+/// Requests in flight per route group; more are answered 503 at once. The groups draw on
+/// separate budgets, so a saturated dashboard leaves the API all of its own.
+const API_IN_FLIGHT: usize = 1024;
+const DASHBOARD_IN_FLIGHT: usize = 256;
+const OPS_IN_FLIGHT: usize = 64;
+/// Largest body of a dashboard form.
+const FORM_BODY: usize = 64 * 1024;
+/// Key lookups in the database at once (of a pool of 16 connections).
+const KEY_LOOKUPS: usize = 4;
 
 /// The state of the whole router; each handler takes the part it needs.
 #[derive(Clone, FromRef)]
@@ -43,48 +49,86 @@ struct AppState {
     invites: invites::http::InviteApi,
     api_keys: http::ApiKeys,
     dashboard: admin::Dashboard,
+    trusted: http::TrustedProxies,
     ops: ops::Ops,
 }
 
-fn router(state: AppState, edge: http::Edge) -> Router {
-    Router::new()
+/// The public router: the API, the dashboard and the probes, each group with its own budget
+/// of requests in flight and its own body bound.
+fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> Router {
+    let deadline = cfg.read_timeout();
+    let body = |max_bytes| http::BodyLimit {
+        max_bytes,
+        deadline,
+    };
+    let api = Router::new()
         .route(
             "/api/v1/invites",
             post(invites::http::create).fallback(http::method_not_allowed),
         )
+        .layer(from_fn_with_state(
+            body(invites::http::MAX_BODY),
+            http::read_body,
+        ))
+        .layer(from_fn_with_state(
+            http::Edge::new(API_IN_FLIGHT, metrics),
+            http::observe,
+        ));
+    let dashboard = admin::router()
+        .layer(from_fn_with_state(body(FORM_BODY), http::read_body))
+        .layer(from_fn_with_state(
+            http::Edge::new(DASHBOARD_IN_FLIGHT, metrics),
+            http::observe,
+        ));
+    let probes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
         .route("/api/openapi.json", get(http::openapi))
-        .merge(admin::router())
         .fallback(http::not_found)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .layer(axum::middleware::from_fn_with_state(edge, http::observe))
+        .layer(from_fn_with_state(body(FORM_BODY), http::read_body))
+        .layer(from_fn_with_state(
+            http::Edge::new(OPS_IN_FLIGHT, metrics),
+            http::observe,
+        ));
+    let headers = http::SecurityHeaders {
+        hsts: cfg.public_url.starts_with("https://"),
+    };
+    api.merge(dashboard)
+        .merge(probes)
+        .layer(map_response_with_state(headers, http::security_headers))
         .with_state(state)
 }
 
-/// Connects everything, applies migrations and starts serving on `cfg.listen`.
+/// The metrics listener's router: `/metrics` and nothing else.
+fn metrics_router(ops: ops::Ops) -> Router {
+    Router::new()
+        .route("/metrics", get(ops::metrics))
+        .fallback(http::not_found)
+        .with_state(ops)
+}
+
+/// Connects everything, applies migrations and starts serving on `cfg.listen` (and the metrics
+/// on `cfg.metrics_listen`).
 pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
     let services = startup::Services::connect(cfg).await?;
+    let ops = ops::Ops::new(
+        services.pool.clone(),
+        services.limiter.clone(),
+        services.metrics.clone(),
+    );
     let state = AppState {
         invites: invites::http::InviteApi {
             service: services.invites.clone(),
-            read_timeout: cfg.read_timeout(),
         },
         api_keys: http::ApiKeys {
             pool: services.pool.clone(),
             cache: services.api_keys.clone(),
+            lookups: Arc::new(Semaphore::new(KEY_LOOKUPS)),
         },
         dashboard: services.dashboard.clone(),
-        ops: ops::Ops {
-            pool: services.pool.clone(),
-            limiter: services.limiter.clone(),
-            metrics: services.metrics.clone(),
-        },
+        trusted: services.trusted.clone(),
+        ops: ops.clone(),
     };
-    let edge = http::Edge {
-        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-        metrics: services.metrics.clone(),
-    };
-    startup::launch(cfg, services, router(state, edge)).await
+    let app = router(state, cfg, &services.metrics);
+    startup::launch(cfg, services, app, metrics_router(ops)).await
 }

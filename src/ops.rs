@@ -1,12 +1,14 @@
 //! What operators and orchestrators ask of a running instance: liveness, readiness and the
 //! Prometheus metrics.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use sqlx::PgPool;
+use tokio::sync::Mutex;
 
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -14,9 +16,78 @@ use crate::metrics::Metrics;
 /// What the probes need.
 #[derive(Clone)]
 pub struct Ops {
-    pub pool: PgPool,
-    pub limiter: Limiter,
-    pub metrics: Metrics,
+    pool: PgPool,
+    limiter: Limiter,
+    metrics: Metrics,
+    /// The gauges read from Postgres and when: a scrape costs at most one read per
+    /// [`GAUGES_FOR`], however often it comes.
+    gauges: Arc<Mutex<Option<Read>>>,
+}
+
+/// Gauges as read at one moment.
+struct Read {
+    at: Instant,
+    gauges: Vec<Gauge>,
+}
+
+/// How long gauges read from Postgres are served before they are read again.
+const GAUGES_FOR: Duration = Duration::from_secs(5);
+
+type Gauge = (&'static str, &'static str, f64);
+
+impl Ops {
+    pub fn new(pool: PgPool, limiter: Limiter, metrics: Metrics) -> Self {
+        Ops {
+            pool,
+            limiter,
+            metrics,
+            gauges: Arc::default(),
+        }
+    }
+
+    /// The gauges, read again when the last read is older than [`GAUGES_FOR`]; none while
+    /// Postgres does not answer.
+    async fn gauges(&self) -> Vec<Gauge> {
+        if let Some(read) = &*self.gauges.lock().await
+            && read.at.elapsed() < GAUGES_FOR
+        {
+            return read.gauges.clone();
+        }
+        let read: Option<(i64, f64, i64)> = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM invites WHERE status = 'queued'),
+                    COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM invites
+                        WHERE status = 'queued'))::float8, 0),
+                    (SELECT count(*) FROM senders WHERE state = 'shadow_banned')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .ok();
+        let Some((depth, oldest, awaiting)) = read else {
+            return Vec::new();
+        };
+        let gauges = vec![
+            (
+                "sendguard_outbox_queue_depth",
+                "Invites waiting to be sent.",
+                depth as f64,
+            ),
+            (
+                "sendguard_outbox_oldest_seconds",
+                "Age of the oldest invite waiting to be sent.",
+                oldest,
+            ),
+            (
+                "sendguard_senders_awaiting_review",
+                "Shadow-banned senders waiting for a decision.",
+                awaiting as f64,
+            ),
+        ];
+        *self.gauges.lock().await = Some(Read {
+            at: Instant::now(),
+            gauges: gauges.clone(),
+        });
+        gauges
+    }
 }
 
 /// How long a readiness probe waits for each dependency (probes time out themselves).
@@ -42,38 +113,10 @@ pub async fn readyz(State(ops): State<Ops>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus text: the process's counters and histograms, and gauges read from Postgres (left
-/// out while it does not answer).
+/// Prometheus text: the process's counters and histograms, and gauges read from Postgres at
+/// most every few seconds (left out while it does not answer).
 pub async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
-    let gauges: Option<(i64, f64, i64)> = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM invites WHERE status = 'queued'),
-                COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM invites
-                    WHERE status = 'queued'))::float8, 0),
-                (SELECT count(*) FROM senders WHERE state = 'shadow_banned')",
-    )
-    .fetch_one(&ops.pool)
-    .await
-    .ok();
-    let gauges: Vec<(&str, &str, f64)> = match gauges {
-        Some((depth, oldest, awaiting)) => vec![
-            (
-                "sendguard_outbox_queue_depth",
-                "Invites waiting to be sent.",
-                depth as f64,
-            ),
-            (
-                "sendguard_outbox_oldest_seconds",
-                "Age of the oldest invite waiting to be sent.",
-                oldest,
-            ),
-            (
-                "sendguard_senders_awaiting_review",
-                "Shadow-banned senders waiting for a decision.",
-                awaiting as f64,
-            ),
-        ],
-        None => Vec::new(),
-    };
+    let gauges = ops.gauges().await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         ops.metrics.render(&gauges),

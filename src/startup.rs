@@ -9,11 +9,13 @@ use sqlx::PgPool;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::accounts::Passwords;
 use crate::admin::{self, Dashboard};
 use crate::api_keys::ApiKeyCache;
 use crate::changes;
 use crate::config::Config;
 use crate::db::{self, DbError};
+use crate::http::{TrustedProxies, server};
 use crate::incident::Incident;
 use crate::invites::InviteService;
 use crate::invites::global::GlobalCounts;
@@ -23,6 +25,9 @@ use crate::metrics::Metrics;
 use crate::moderation::SenderStates;
 use crate::retention::Retention;
 use crate::rules::{RuleCache, RuleError};
+
+/// Password checks (argon2, CPU-bound) at once; more logins are answered 429 at once.
+const PASSWORD_CHECKS: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -48,6 +53,7 @@ pub struct Services {
     pub api_keys: ApiKeyCache,
     pub invites: InviteService,
     pub dashboard: Dashboard,
+    pub trusted: TrustedProxies,
     rules: RuleCache,
     senders: SenderStates,
     outbox: Outbox,
@@ -98,6 +104,7 @@ impl Services {
             rules: rules.clone(),
             secure_cookies: cfg.public_url.starts_with("https://"),
             setup: admin::setup::SetupLink::default(),
+            passwords: Passwords::new(PASSWORD_CHECKS),
         };
         Ok(Services {
             pool,
@@ -106,6 +113,7 @@ impl Services {
             api_keys: ApiKeyCache::default(),
             invites,
             dashboard,
+            trusted: TrustedProxies::new(cfg.trusted_proxies.clone()),
             rules,
             senders,
             outbox,
@@ -128,6 +136,8 @@ async fn counters(cfg: &Config) -> Result<Limiter, StartError> {
 /// A running instance: the server and every background task, stopped by one signal.
 pub struct Running {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served.
+    pub metrics_addr: SocketAddr,
     /// The one-time link to create the first admin, while none exists.
     pub setup_url: Option<String>,
     stop: CancellationToken,
@@ -147,15 +157,26 @@ impl Running {
     }
 }
 
-/// Starts serving `app` on `cfg.listen` with the background tasks of `services`.
-pub async fn launch(cfg: &Config, services: Services, app: Router) -> Result<Running, StartError> {
+/// Starts serving `app` on `cfg.listen` and `metrics` on `cfg.metrics_listen`, with the
+/// background tasks of `services`.
+pub async fn launch(
+    cfg: &Config,
+    services: Services,
+    app: Router,
+    metrics_app: Router,
+) -> Result<Running, StartError> {
     let setup_url = setup_link(cfg, &services).await?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| StartError::Listen(cfg.listen, e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartError::Listen(cfg.listen, e))?;
+    let bind = |at: SocketAddr| async move {
+        let listener = tokio::net::TcpListener::bind(at)
+            .await
+            .map_err(|e| StartError::Listen(at, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| StartError::Listen(at, e))?;
+        Ok::<_, StartError>((listener, addr))
+    };
+    let (listener, addr) = bind(cfg.listen).await?;
+    let (metrics_listener, metrics_addr) = bind(cfg.metrics_listen).await?;
     let stop = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let Services {
@@ -164,6 +185,7 @@ pub async fn launch(cfg: &Config, services: Services, app: Router) -> Result<Run
         metrics,
         api_keys,
         invites,
+        trusted,
         rules,
         senders,
         outbox,
@@ -174,11 +196,16 @@ pub async fn launch(cfg: &Config, services: Services, app: Router) -> Result<Run
     if let Some(global) = &global {
         tasks.spawn(global.clone().run(limiter.clone(), stop.clone()));
     }
-    let read_timeout = cfg.read_timeout();
+    let settings = server::Settings {
+        read_timeout: cfg.read_timeout(),
+        per_client: cfg.max_connections_per_client,
+        trusted,
+    };
     let server_limiter = limiter.clone();
     let server_stop = stop.clone();
+    let public = settings.clone();
     tasks.spawn(async move {
-        crate::http::server::serve(listener, app, read_timeout, server_stop).await;
+        server::serve(listener, app, public, server_stop).await;
         // Requests in flight have finished: what they counted goes out once more.
         if let Some(global) = global
             && let Err(e) = global.flush(&server_limiter).await
@@ -186,6 +213,12 @@ pub async fn launch(cfg: &Config, services: Services, app: Router) -> Result<Run
             tracing::warn!(error = %e, "the last global counts were not flushed");
         }
     });
+    tasks.spawn(server::serve(
+        metrics_listener,
+        metrics_app,
+        settings,
+        stop.clone(),
+    ));
     tasks.spawn(outbox.run(stop.clone()));
     tasks.spawn(invites.watch_deferred(stop.clone()));
     tasks.spawn(
@@ -206,13 +239,35 @@ pub async fn launch(cfg: &Config, services: Services, app: Router) -> Result<Run
         };
         tasks.spawn(retention.run(Duration::from_secs(3600), stop.clone()));
     }
-    tracing::info!(%addr, "sendguard listening");
+    tracing::info!(%addr, %metrics_addr, "sendguard listening");
     Ok(Running {
         addr,
+        metrics_addr,
         setup_url,
         stop,
         tasks,
     })
+}
+
+/// Raises this process's soft limit of open files as far as the hard limit allows: every
+/// connection is a file, and the default of 1,024 is far below what one busy instance holds.
+/// Returns the limit in force; logs when it stays low.
+pub fn raise_open_file_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => {
+            if limit < 8192 {
+                tracing::warn!(
+                    limit,
+                    "the open-file limit stays low; raise the hard limit (ulimit -Hn)"
+                );
+            }
+            limit
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the open-file limit could not be raised");
+            0
+        }
+    }
 }
 
 /// While no admin exists, a one-time link to create the first one, logged.

@@ -1,28 +1,71 @@
-//! Admin accounts (argon2id) and sessions (random tokens, only their hash stored).
+//! Admin accounts (argon2id, with a role) and their sessions (random tokens, only their hash
+//! stored). Every change to an account is written to the audit log.
+
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 
 use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use rand::RngCore;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
+use tokio::sync::Semaphore;
 
-/// How long a session lasts.
+use crate::audit::{self, Entry};
+
+/// Sessions end after this long, however active.
 pub const SESSION_HOURS: i64 = 8;
+/// Sessions end after this long without a request.
+pub const IDLE_MINUTES: i64 = 30;
 const MIN_PASSWORD: usize = 12;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AccountError {
-    #[error("usernames are 1-64 letters, digits, dots, dashes or underscores")]
+    #[error(
+        "usernames are 1-64 letters, digits, dots, dashes or underscores, and `system` is reserved"
+    )]
     Username,
     #[error("passwords need at least {MIN_PASSWORD} characters")]
     WeakPassword,
     #[error("an admin named `{0}` already exists")]
     Exists(String),
+    #[error("no admin named `{0}`")]
+    NotFound(String),
     #[error("hashing the password: {0}")]
     Hash(String),
+    #[error("too many password checks at once; try again in a moment")]
+    Busy,
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+}
+
+/// What an admin may do (DESIGN.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// The review queue, sender decisions and the audit log.
+    Moderator,
+}
+
+impl Role {
+    pub const ALL: [Role; 2] = [Role::Admin, Role::Moderator];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Moderator => "moderator",
+        }
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::names::parse(&Role::ALL, Role::as_str, s, "role")
+    }
 }
 
 /// A logged-in admin.
@@ -30,6 +73,7 @@ pub enum AccountError {
 pub struct Session {
     pub admin_id: i64,
     pub username: String,
+    pub role: Role,
     pub csrf_token: String,
 }
 
@@ -48,30 +92,200 @@ fn valid_username(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        && !name.eq_ignore_ascii_case(audit::SYSTEM)
 }
 
-pub async fn add(pool: &PgPool, username: &str, password: &str) -> Result<(), AccountError> {
+/// Password hashing off the async workers, a few at a time: argon2 takes tens of
+/// milliseconds of CPU by design, and a burst of logins must neither stall requests nor queue
+/// without end.
+#[derive(Clone)]
+pub struct Passwords {
+    permits: Arc<Semaphore>,
+}
+
+impl Passwords {
+    pub fn new(at_once: usize) -> Self {
+        Passwords {
+            permits: Arc::new(Semaphore::new(at_once.max(1))),
+        }
+    }
+
+    /// Runs `work` on the blocking pool once a permit is free; `Busy` at once when none is.
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, AccountError> + Send + 'static,
+    ) -> Result<T, AccountError> {
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| AccountError::Busy)?;
+        let done = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work()
+        })
+        .await;
+        done.map_err(|e| AccountError::Hash(e.to_string()))?
+    }
+
+    pub async fn hash(&self, password: &str) -> Result<String, AccountError> {
+        let password = password.to_owned();
+        self.run(move || hash(&password)).await
+    }
+
+    /// Whether `password` matches `stored`; with no stored hash (an unknown name) it is checked
+    /// against a stand-in hash made once, so unknown names cost the same time as known ones.
+    pub async fn verify(
+        &self,
+        password: &str,
+        stored: Option<String>,
+    ) -> Result<bool, AccountError> {
+        let password = password.to_owned();
+        self.run(move || {
+            let matches = match &stored {
+                Some(hash) => check(&password, hash)?,
+                None => {
+                    check(&password, stand_in()?)?;
+                    false
+                }
+            };
+            Ok(matches)
+        })
+        .await
+    }
+}
+
+fn hash(password: &str) -> Result<String, AccountError> {
+    Argon2::default()
+        .hash_password(password.as_bytes(), &SaltString::generate(&mut OsRng))
+        .map(|h| h.to_string())
+        .map_err(|e| AccountError::Hash(e.to_string()))
+}
+
+fn check(password: &str, stored: &str) -> Result<bool, AccountError> {
+    let parsed = PasswordHash::new(stored).map_err(|e| AccountError::Hash(e.to_string()))?;
+    Ok(Argon2::default()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok())
+}
+
+/// The hash unknown names are checked against.
+fn stand_in() -> Result<&'static str, AccountError> {
+    static STAND_IN: OnceLock<String> = OnceLock::new();
+    if let Some(h) = STAND_IN.get() {
+        return Ok(h);
+    }
+    let made = hash("not the password of anyone")?;
+    Ok(STAND_IN.get_or_init(|| made))
+}
+
+fn checked_input(username: &str, password: &str) -> Result<(), AccountError> {
     if !valid_username(username) {
         return Err(AccountError::Username);
     }
     if password.chars().count() < MIN_PASSWORD {
         return Err(AccountError::WeakPassword);
     }
-    let salt = SaltString::generate(&mut OsRng);
-    let hash = Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map_err(|e| AccountError::Hash(e.to_string()))?
-        .to_string();
-    let inserted = sqlx::query(
-        "INSERT INTO admins (username, password_hash) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    Ok(())
+}
+
+/// Adds an admin on behalf of `actor`; returns its id.
+pub async fn add(
+    pool: &PgPool,
+    username: &str,
+    password: &str,
+    role: Role,
+    actor: &str,
+) -> Result<i64, AccountError> {
+    checked_input(username, password)?;
+    let hash = hash(password)?;
+    let mut tx = pool.begin().await?;
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO admins (username, password_hash, role) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING RETURNING id",
     )
     .bind(username)
     .bind(hash)
-    .execute(pool)
+    .bind(role.as_str())
+    .fetch_optional(&mut *tx)
     .await?;
-    if inserted.rows_affected() == 0 {
-        return Err(AccountError::Exists(username.to_owned()));
+    let id = id.ok_or_else(|| AccountError::Exists(username.to_owned()))?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id: Some(id),
+            detail: json!({"username": username, "role": role.as_str()}),
+            ..Entry::new(actor, "admin_add")
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// The first admin, from the setup page: created only while no admin exists, however many
+/// setups run at once on however many instances. `None` when one exists already.
+pub async fn add_first(
+    pool: &PgPool,
+    passwords: &Passwords,
+    username: &str,
+    password: &str,
+) -> Result<Option<i64>, AccountError> {
+    checked_input(username, password)?;
+    let hash = passwords.hash(password).await?;
+    let mut tx = pool.begin().await?;
+    // Serialises concurrent setups; logins and sessions only read the table.
+    sqlx::query("LOCK TABLE admins IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO admins (username, password_hash, role)
+         SELECT $1, $2, 'admin' WHERE NOT EXISTS (SELECT 1 FROM admins) RETURNING id",
+    )
+    .bind(username)
+    .bind(hash)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(id) = id {
+        audit::write(
+            &mut *tx,
+            Entry {
+                admin_id: Some(id),
+                ..Entry::new(username, "admin_setup")
+            },
+        )
+        .await?;
     }
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// Disables an admin on behalf of `actor`: their sessions end at once, on every instance (each
+/// request reads its session from the database).
+pub async fn disable(pool: &PgPool, username: &str, actor: &str) -> Result<(), AccountError> {
+    let mut tx = pool.begin().await?;
+    let id: Option<i64> = sqlx::query_scalar(
+        "UPDATE admins SET disabled_at = COALESCE(disabled_at, now()) WHERE username = $1
+         RETURNING id",
+    )
+    .bind(username)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let id = id.ok_or_else(|| AccountError::NotFound(username.to_owned()))?;
+    sqlx::query("DELETE FROM admin_sessions WHERE admin_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id: Some(id),
+            detail: json!({"username": username}),
+            ..Entry::new(actor, "admin_disable")
+        },
+    )
+    .await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -81,79 +295,82 @@ pub async fn any_exists(pool: &PgPool) -> Result<bool, sqlx::Error> {
         .await
 }
 
-/// Checks the password and opens a session; `None` for a wrong name or password alike (an
-/// unknown name costs the same hashing time, so timing does not tell names apart).
-pub async fn log_in(
-    pool: &PgPool,
-    username: &str,
-    password: &str,
-) -> Result<Option<(String, Session)>, AccountError> {
-    let found: Option<(i64, String)> =
-        sqlx::query_as("SELECT id, password_hash FROM admins WHERE username = $1")
-            .bind(username)
-            .fetch_optional(pool)
-            .await?;
-    let stand_in;
-    let (admin_id, stored) = match &found {
-        Some((id, hash)) => (Some(*id), hash.as_str()),
-        None => {
-            stand_in = Argon2::default()
-                .hash_password(b"not a password", &SaltString::generate(&mut OsRng))
-                .map_err(|e| AccountError::Hash(e.to_string()))?
-                .to_string();
-            (None, stand_in.as_str())
-        }
-    };
-    let parsed = PasswordHash::new(stored).map_err(|e| AccountError::Hash(e.to_string()))?;
-    let matches = Argon2::default()
-        .verify_password(password.as_bytes(), &parsed)
-        .is_ok();
-    let Some(admin_id) = admin_id.filter(|_| matches) else {
-        return Ok(None);
-    };
+/// An enabled admin as a login attempt needs it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Candidate {
+    pub id: i64,
+    pub password_hash: String,
+}
+
+/// The enabled admin of that name, if any.
+pub async fn candidate(pool: &PgPool, username: &str) -> Result<Option<Candidate>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, password_hash FROM admins WHERE username = $1 AND disabled_at IS NULL",
+    )
+    .bind(username)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Opens a session for an admin whose password was checked; returns the cookie token.
+pub async fn open_session(pool: &PgPool, admin_id: i64) -> Result<String, sqlx::Error> {
     let token = random_hex();
-    let csrf_token = random_hex();
     sqlx::query(
         "INSERT INTO admin_sessions (token_hash, admin_id, csrf_token, expires_at)
          VALUES ($1, $2, $3, now() + make_interval(hours => $4))",
     )
     .bind(token_hash(&token))
     .bind(admin_id)
-    .bind(&csrf_token)
+    .bind(random_hex())
     .bind(SESSION_HOURS as i32)
     .execute(pool)
     .await?;
-    Ok(Some((
-        token,
-        Session {
-            admin_id,
-            username: username.to_owned(),
-            csrf_token,
-        },
-    )))
+    Ok(token)
 }
 
-/// The live session of a cookie token.
+#[derive(sqlx::FromRow)]
+struct SessionRow {
+    admin_id: i64,
+    username: String,
+    role: String,
+    csrf_token: String,
+}
+
+/// The live session of a cookie token: its admin enabled, younger than eight hours, used in
+/// the last thirty minutes. Using it keeps it alive.
 pub async fn session(pool: &PgPool, token: &str) -> Result<Option<Session>, sqlx::Error> {
-    let row: Option<(i64, String, String)> = sqlx::query_as(
-        "SELECT a.id, a.username, s.csrf_token FROM admin_sessions s JOIN admins a ON a.id = s.admin_id
-         WHERE s.token_hash = $1 AND s.expires_at > now()",
+    let row: Option<SessionRow> = sqlx::query_as(
+        "UPDATE admin_sessions s SET last_seen_at = now()
+         FROM admins a
+         WHERE s.token_hash = $1 AND a.id = s.admin_id AND a.disabled_at IS NULL
+           AND s.created_at > now() - make_interval(hours => $2)
+           AND s.last_seen_at > now() - make_interval(mins => $3)
+         RETURNING a.id AS admin_id, a.username, a.role, s.csrf_token",
     )
     .bind(token_hash(token))
+    .bind(SESSION_HOURS as i32)
+    .bind(IDLE_MINUTES as i32)
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|(admin_id, username, csrf_token)| Session {
-        admin_id,
-        username,
-        csrf_token,
+    Ok(row.map(|r| Session {
+        admin_id: r.admin_id,
+        username: r.username,
+        // The column's check allows only the two roles; anything else gets the lesser one.
+        role: r.role.parse().unwrap_or(Role::Moderator),
+        csrf_token: r.csrf_token,
     }))
 }
 
+/// Ends a session, and any that expired meanwhile.
 pub async fn log_out(pool: &PgPool, token: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM admin_sessions WHERE token_hash = $1 OR expires_at < now()")
-        .bind(token_hash(token))
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "DELETE FROM admin_sessions WHERE token_hash = $1
+             OR created_at < now() - make_interval(hours => $2)",
+    )
+    .bind(token_hash(token))
+    .bind(SESSION_HOURS as i32)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -164,4 +381,40 @@ pub fn same_secret(a: &str, b: &str) -> bool {
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usernames_are_checked_and_system_is_reserved() {
+        assert!(valid_username("alice.b-c_1"));
+        for bad in ["", "a b", "ünï", "system", "SYSTEM", &"x".repeat(65)] {
+            assert!(!valid_username(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_password_matches_its_own_hash_only() {
+        let h = hash("correct horse battery").expect("hash");
+        assert!(check("correct horse battery", &h).expect("check"));
+        assert!(!check("correct horse batterY", &h).expect("check"));
+    }
+
+    #[tokio::test]
+    async fn a_full_hashing_pool_answers_busy_at_once() {
+        let passwords = Passwords::new(1);
+        let held = passwords
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .expect("permit");
+        assert!(matches!(
+            passwords.verify("x", None).await,
+            Err(AccountError::Busy)
+        ));
+        drop(held);
+        assert!(!passwords.verify("x", None).await.expect("checked"));
+    }
 }

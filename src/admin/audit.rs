@@ -6,7 +6,7 @@ use axum::extract::{Query, State};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::Admin;
+use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{PAGE, page_number, time};
 use crate::audit::{self, Filter};
@@ -23,7 +23,7 @@ pub(super) struct AuditRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/audit.html")]
 pub(super) struct AuditPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     actor: String,
     sender: String,

@@ -1,46 +1,103 @@
-//! Who is asking: the logged-in admin extractor, the session and login-form cookies, CSRF
-//! tokens, and logging in (with its throttle) and out.
-
-use std::net::SocketAddr;
+//! Who is asking: the logged-in admin extractors (any role, or admins only), the session and
+//! login-form cookies, CSRF tokens, and logging in (with its throttle) and out.
+//!
+//! Every login attempt is counted before its password is checked, atomically in the limiter,
+//! per (name, client address) and per name: parallel attempts cannot slip past the count. A
+//! name under attack from many addresses gets fewer attempts per address, but an address that
+//! has not failed itself is never locked out.
 
 use askama::Template;
 use askama_web::WebTemplate;
-use axum::extract::{ConnectInfo, FromRef, FromRequestParts, State};
-use axum::http::StatusCode;
+use axum::extract::{FromRef, FromRequestParts, State};
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use cookie::time::Duration as CookieAge;
 use serde::Deserialize;
+use serde_json::json;
 
 use super::Dashboard;
-use super::accounts::{self, Session};
+use super::accounts::{self, AccountError, Role, Session};
 use super::error::AdminError;
-use crate::limiter::{Algorithm, Check, EdgeMode, Quota};
+use crate::audit::{self, Entry};
+use crate::http::ClientAddr;
+use crate::limiter::{Algorithm, Check, Decision, EdgeMode, Quota};
 
-/// The session cookie.
-const SESSION: &str = "sg_session";
-/// The login form's token: there is no session yet, so the form's token is checked against
-/// this cookie instead (the double-submit pattern).
-const LOGIN: &str = "sg_login";
-/// Failed logins allowed per username and per client address in 15 minutes.
-const LOGIN_ATTEMPTS: u64 = 10;
+/// Attempts per (name, client address) in the window.
+const PAIR_ATTEMPTS: u64 = 10;
+/// Attempts per (name, client address) while the name is under attack.
+const PAIR_ATTEMPTS_UNDER_ATTACK: u64 = 3;
+/// Attempts per name from all addresses in the window, beyond which it is under attack.
+const NAME_CEILING: u64 = 100;
+const WINDOW_SECS: u64 = 900;
+
+/// The cookies' names and scope: behind https, `__Host-` cookies (Secure, the whole host,
+/// no Domain), which a sibling subdomain cannot plant.
+#[derive(Clone, Copy)]
+struct Cookies {
+    secure: bool,
+}
+
+impl Cookies {
+    fn session_name(self) -> &'static str {
+        if self.secure {
+            "__Host-sg_session"
+        } else {
+            "sg_session"
+        }
+    }
+
+    fn login_name(self) -> &'static str {
+        if self.secure {
+            "__Host-sg_login"
+        } else {
+            "sg_login"
+        }
+    }
+
+    fn build(
+        self,
+        name: &'static str,
+        value: String,
+        path: &'static str,
+        age: CookieAge,
+    ) -> Cookie<'static> {
+        Cookie::build((name, value))
+            .path(if self.secure { "/" } else { path })
+            .http_only(true)
+            .same_site(SameSite::Strict)
+            .secure(self.secure)
+            .max_age(age)
+            .build()
+    }
+
+    fn session(self, token: String) -> Cookie<'static> {
+        self.build(
+            self.session_name(),
+            token,
+            "/admin",
+            CookieAge::hours(accounts::SESSION_HOURS),
+        )
+    }
+
+    fn login_form(self, token: String) -> Cookie<'static> {
+        self.build(
+            self.login_name(),
+            token,
+            "/admin/login",
+            CookieAge::hours(1),
+        )
+    }
+}
 
 /// A cookie's value when it has the shape of a token; anything else is ignored.
 fn token<'a>(jar: &'a CookieJar, name: &str) -> Option<&'a str> {
     jar.get(name).map(Cookie::value).filter(|v| v.len() == 64)
 }
 
-fn cookie(name: &'static str, value: String, path: &'static str, secure: bool) -> Cookie<'static> {
-    Cookie::build((name, value))
-        .path(path)
-        .http_only(true)
-        .same_site(SameSite::Strict)
-        .secure(secure)
-        .build()
-}
-
-/// A logged-in admin; any other request to a protected page is sent to the login page.
+/// A logged-in admin of any role; any other request to a protected page is sent to the login
+/// page.
 pub struct Admin(pub Session);
 
 impl<S> FromRequestParts<S> for Admin
@@ -53,12 +110,41 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AdminError> {
         let dashboard = Dashboard::from_ref(state);
         let jar = CookieJar::from_headers(&parts.headers);
-        let token = token(&jar, SESSION).ok_or(AdminError::LoggedOut)?;
+        let cookies = Cookies {
+            secure: dashboard.secure_cookies,
+        };
+        let token = token(&jar, cookies.session_name()).ok_or(AdminError::LoggedOut)?;
         accounts::session(&dashboard.pool, token)
             .await?
             .map(Admin)
             .ok_or(AdminError::LoggedOut)
     }
+}
+
+/// A logged-in admin with the `admin` role: rules, keys and accounts. Moderators get 403.
+pub struct AdminOnly(pub Admin);
+
+impl<S> FromRequestParts<S> for AdminOnly
+where
+    Dashboard: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = AdminError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AdminError> {
+        let admin = Admin::from_request_parts(parts, state).await?;
+        if admin.0.role != Role::Admin {
+            return Err(AdminError::Forbidden);
+        }
+        Ok(AdminOnly(admin))
+    }
+}
+
+/// Who the page is for, as the layout shows it.
+pub struct Viewer {
+    pub name: String,
+    /// Shows what only admins may open.
+    pub is_admin: bool,
 }
 
 impl Admin {
@@ -70,8 +156,11 @@ impl Admin {
         }
     }
 
-    pub fn name(&self) -> Option<String> {
-        Some(self.0.username.clone())
+    pub fn name(&self) -> Option<Viewer> {
+        Some(Viewer {
+            name: self.0.username.clone(),
+            is_admin: self.0.role == Role::Admin,
+        })
     }
 
     pub fn csrf(&self) -> String {
@@ -80,16 +169,21 @@ impl Admin {
 }
 
 /// Sends a freshly logged-in admin to `to` with the session cookie.
-pub fn logged_in(token: String, to: &str, secure: bool) -> Response {
-    let mut session = cookie(SESSION, token, "/admin", secure);
-    session.set_max_age(CookieAge::hours(accounts::SESSION_HOURS));
-    (CookieJar::new().add(session), Redirect::to(to)).into_response()
+pub fn logged_in(dashboard: &Dashboard, token: String, to: &str) -> Response {
+    let cookies = Cookies {
+        secure: dashboard.secure_cookies,
+    };
+    (
+        CookieJar::new().add(cookies.session(token)),
+        Redirect::to(to),
+    )
+        .into_response()
 }
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/login.html")]
 struct LoginPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     username: String,
     error: Option<String>,
@@ -97,30 +191,51 @@ struct LoginPage {
 
 /// The login page with a fresh form token, also set as a short-lived cookie.
 fn login_form(
+    dashboard: &Dashboard,
     username: String,
     error: Option<String>,
     status: StatusCode,
-    secure: bool,
 ) -> Response {
     let token = accounts::random_hex();
-    let mut form_cookie = cookie(LOGIN, token.clone(), "/admin/login", secure);
-    form_cookie.set_max_age(CookieAge::hours(1));
+    let cookies = Cookies {
+        secure: dashboard.secure_cookies,
+    };
     let page = LoginPage {
         admin: None,
-        csrf: token,
+        csrf: token.clone(),
         username,
         error,
     };
-    (status, CookieJar::new().add(form_cookie), page).into_response()
+    (
+        status,
+        CookieJar::new().add(cookies.login_form(token)),
+        page,
+    )
+        .into_response()
+}
+
+/// The login page refused with 429 and when to try again.
+fn locked(
+    dashboard: &Dashboard,
+    username: String,
+    text: String,
+    retry_after_secs: u64,
+) -> Response {
+    let mut response = login_form(
+        dashboard,
+        username,
+        Some(text),
+        StatusCode::TOO_MANY_REQUESTS,
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(retry_after_secs.max(1)),
+    );
+    response
 }
 
 pub async fn login_page(State(dashboard): State<Dashboard>) -> Response {
-    login_form(
-        String::new(),
-        None,
-        StatusCode::OK,
-        dashboard.secure_cookies,
-    )
+    login_form(&dashboard, String::new(), None, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -131,77 +246,168 @@ pub struct LoginForm {
     password: String,
 }
 
-/// Failed logins are counted per username and per client address with the project's limiter.
-fn login_checks(username: &str, client: &SocketAddr) -> (Quota, [String; 2]) {
-    let quota = Quota::new(
-        LOGIN_ATTEMPTS,
-        900,
-        Algorithm::HashCounters(EdgeMode::Harsh),
-    );
-    let name = username.to_lowercase();
-    (
-        quota,
-        [
-            format!("admin-login:{name}"),
-            format!("admin-login-ip:{}", client.ip()),
-        ],
-    )
+/// The throttle's answer to one attempt.
+enum Throttle {
+    Allowed,
+    Locked { retry_after_secs: u64 },
+}
+
+/// The limiter's two counts of login attempts: per (name, client address) and per name.
+struct LoginCounts {
+    quota_pair: Quota,
+    quota_name: Quota,
+    pair: crate::limiter::LimitKey,
+    name: crate::limiter::LimitKey,
+}
+
+impl LoginCounts {
+    fn new(dashboard: &Dashboard, username: &str, client: &ClientAddr) -> Self {
+        let algorithm = Algorithm::HashCounters(EdgeMode::Harsh);
+        let quota_pair = Quota::new(PAIR_ATTEMPTS, WINDOW_SECS, algorithm);
+        // The ceiling keeps counting past its limit: an attack that goes on stays on record.
+        let quota_name = Quota::new(NAME_CEILING, WINDOW_SECS, algorithm).counting_over_limit();
+        let name = username.to_lowercase();
+        LoginCounts {
+            pair: dashboard.keys.key(
+                &format!("admin-login:{name}:{}", client.0),
+                "admin-login",
+                &quota_pair,
+            ),
+            name: dashboard.keys.key(
+                &format!("admin-login-name:{name}"),
+                "admin-login",
+                &quota_name,
+            ),
+            quota_pair,
+            quota_name,
+        }
+    }
+
+    /// Counts this attempt and says whether it may be checked.
+    fn judge(pair: &Decision, name: &Decision) -> Throttle {
+        let allowed_here = if name.allowed {
+            PAIR_ATTEMPTS
+        } else {
+            PAIR_ATTEMPTS_UNDER_ATTACK
+        };
+        if pair.allowed && pair.count <= allowed_here {
+            return Throttle::Allowed;
+        }
+        let wait_ms = if pair.allowed {
+            pair.reset_after_ms
+        } else {
+            pair.retry_after_ms
+        };
+        Throttle::Locked {
+            retry_after_secs: wait_ms.div_ceil(1000),
+        }
+    }
+}
+
+/// One login attempt, as the audit log records it.
+struct Attempt {
+    actor: String,
+    admin_id: Option<i64>,
+    client: String,
+}
+
+impl Attempt {
+    async fn record(&self, dashboard: &Dashboard, action: &str) -> Result<(), sqlx::Error> {
+        let entry = Entry {
+            admin_id: self.admin_id,
+            detail: json!({"client": self.client}),
+            ..Entry::new(&self.actor, action)
+        };
+        audit::write(&dashboard.pool, entry).await
+    }
 }
 
 pub async fn log_in(
     State(dashboard): State<Dashboard>,
-    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    client: ClientAddr,
     jar: CookieJar,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Result<Response, AdminError> {
-    let expected = token(&jar, LOGIN).unwrap_or_default();
+    let cookies = Cookies {
+        secure: dashboard.secure_cookies,
+    };
+    let expected = token(&jar, cookies.login_name()).unwrap_or_default();
     if expected.is_empty() || !accounts::same_secret(expected, &form.csrf) {
         return Err(AdminError::Csrf);
     }
-    let (quota, subjects) = login_checks(&form.username, &client);
-    let keys = subjects.map(|s| dashboard.keys.key(&s, "admin-login", &quota));
-    let checks = |cost| -> Vec<Check<'_>> {
-        keys.iter()
-            .map(|key| Check {
-                key,
-                quota: &quota,
-                cost,
-            })
-            .collect()
-    };
-    let secure = dashboard.secure_cookies;
-    let refuse = |text: String, status: StatusCode| {
-        login_form(form.username.clone(), Some(text), status, secure)
-    };
-    // A store that cannot count failures must not let guessing run unbounded: refuse.
-    let Ok(counts) = dashboard.limiter.check_batch(&checks(0), None).await else {
-        return Ok(refuse(
-            "Logging in is unavailable for a moment; try again shortly.".into(),
+    let counts = LoginCounts::new(&dashboard, &form.username, &client);
+    let checks = [
+        Check::new(&counts.pair, &counts.quota_pair, 1),
+        Check::new(&counts.name, &counts.quota_name, 1),
+    ];
+    // A store that cannot count attempts must not let guessing run unbounded: refuse.
+    let Ok(decisions) = dashboard.limiter.check_batch(&checks, None).await else {
+        return Ok(login_form(
+            &dashboard,
+            form.username,
+            Some("Logging in is unavailable for a moment; try again shortly.".into()),
             StatusCode::SERVICE_UNAVAILABLE,
         ));
     };
-    if counts.iter().any(|d| d.count >= LOGIN_ATTEMPTS) {
-        let wait = counts.iter().map(|d| d.reset_after_ms).max().unwrap_or(0);
-        return Ok(refuse(
-            format!(
-                "Too many failed attempts. Try again in {} minutes.",
-                wait.div_ceil(60_000).max(1)
-            ),
-            StatusCode::TOO_MANY_REQUESTS,
+    let candidate = accounts::candidate(&dashboard.pool, &form.username).await?;
+    let attempt = Attempt {
+        // A name that is no admin's is the caller's text: it is not written to the log.
+        actor: if candidate.is_some() {
+            form.username.clone()
+        } else {
+            "unknown".to_owned()
+        },
+        admin_id: candidate.as_ref().map(|c| c.id),
+        client: client.0.to_string(),
+    };
+    if let (Some(pair), Some(name)) = (decisions.first(), decisions.get(1))
+        && let Throttle::Locked { retry_after_secs } = LoginCounts::judge(pair, name)
+    {
+        attempt.record(&dashboard, "login_locked").await?;
+        let minutes = retry_after_secs.div_ceil(60).max(1);
+        return Ok(locked(
+            &dashboard,
+            form.username,
+            format!("Too many failed attempts. Try again in {minutes} minutes."),
+            retry_after_secs,
         ));
     }
-    match accounts::log_in(&dashboard.pool, &form.username, &form.password).await {
-        Ok(Some((token, _))) => Ok(logged_in(token, "/admin/queue", secure)),
-        Ok(None) => {
-            if let Err(e) = dashboard.limiter.check_batch(&checks(1), None).await {
-                tracing::warn!(error = %e, "could not count a failed login");
+    let stored = candidate.as_ref().map(|c| c.password_hash.clone());
+    let matches = match dashboard.passwords.verify(&form.password, stored).await {
+        Ok(matches) => matches,
+        Err(AccountError::Busy) => {
+            return Ok(locked(
+                &dashboard,
+                form.username,
+                "Too many logins at once; try again in a moment.".into(),
+                1,
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match attempt.admin_id.filter(|_| matches) {
+        Some(id) => {
+            // The right password clears this address's count for the name.
+            if let Err(e) = dashboard
+                .limiter
+                .clear(&[(&counts.pair, &counts.quota_pair)])
+                .await
+            {
+                tracing::warn!(error = %e, "a login's attempts were not cleared");
             }
-            Ok(refuse(
-                "Wrong username or password.".into(),
+            let token = accounts::open_session(&dashboard.pool, id).await?;
+            attempt.record(&dashboard, "login_succeeded").await?;
+            Ok(logged_in(&dashboard, token, "/admin/queue"))
+        }
+        None => {
+            attempt.record(&dashboard, "login_failed").await?;
+            Ok(login_form(
+                &dashboard,
+                form.username,
+                Some("Wrong username or password.".into()),
                 StatusCode::UNAUTHORIZED,
             ))
         }
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -217,10 +423,55 @@ pub async fn log_out(
     axum::Form(form): axum::Form<CsrfForm>,
 ) -> Result<Response, AdminError> {
     admin.check_csrf(&form.csrf)?;
-    if let Some(token) = token(&jar, SESSION) {
+    let cookies = Cookies {
+        secure: dashboard.secure_cookies,
+    };
+    if let Some(token) = token(&jar, cookies.session_name()) {
         accounts::log_out(&dashboard.pool, token).await?;
     }
-    let mut gone = cookie(SESSION, String::new(), "/admin", dashboard.secure_cookies);
+    let mut gone = cookies.session(String::new());
     gone.set_max_age(CookieAge::ZERO);
     Ok((jar.add(gone), Redirect::to("/admin/login")).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(allowed: bool, count: u64) -> Decision {
+        Decision {
+            allowed,
+            count,
+            limit: 0,
+            remaining: 0,
+            retry_after_ms: 60_000,
+            reset_after_ms: 900_000,
+        }
+    }
+
+    #[test]
+    fn an_address_gets_ten_attempts_and_three_while_its_name_is_attacked() {
+        let calm = decision(true, 50);
+        let attacked = decision(false, 500);
+        assert!(matches!(
+            LoginCounts::judge(&decision(true, 10), &calm),
+            Throttle::Allowed
+        ));
+        assert!(matches!(
+            LoginCounts::judge(&decision(false, 10), &calm),
+            Throttle::Locked {
+                retry_after_secs: 60
+            }
+        ));
+        assert!(matches!(
+            LoginCounts::judge(&decision(true, 3), &attacked),
+            Throttle::Allowed
+        ));
+        assert!(matches!(
+            LoginCounts::judge(&decision(true, 4), &attacked),
+            Throttle::Locked {
+                retry_after_secs: 900
+            }
+        ));
+    }
 }

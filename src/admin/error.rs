@@ -18,6 +18,8 @@ pub enum AdminError {
     LoggedOut,
     #[error("the form expired or did not come from this dashboard; reload the page and try again")]
     Csrf,
+    #[error("this page is for admins only")]
+    Forbidden,
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -73,7 +75,7 @@ impl From<AccountError> for AdminError {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/message.html")]
 struct MessagePage {
-    admin: Option<String>,
+    admin: Option<super::auth::Viewer>,
     csrf: String,
     heading: String,
     text: String,
@@ -85,6 +87,7 @@ impl IntoResponse for AdminError {
         let (status, heading) = match &self {
             AdminError::LoggedOut => return Redirect::to("/admin/login").into_response(),
             AdminError::Csrf => (StatusCode::FORBIDDEN, "Form refused"),
+            AdminError::Forbidden => (StatusCode::FORBIDDEN, "Not for your role"),
             AdminError::NotFound(_) => (StatusCode::NOT_FOUND, "Not found"),
             AdminError::BadForm(_) => (StatusCode::BAD_REQUEST, "Form refused"),
             AdminError::Db(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),

@@ -1,13 +1,94 @@
 //! How the pages write times, windows, reasons and links.
 
+use crate::moderation::review::ReviewAction;
+
 pub type Time = chrono::DateTime<chrono::Utc>;
 
 /// Rows per page of every list.
 pub const PAGE: i64 = 25;
 
-/// The page number asked for, from 1.
+/// The last page number a list shows: far beyond any real list, small enough that no offset
+/// computed from it can overflow.
+const LAST_PAGE: i64 = 100_000;
+
+/// The page number asked for, from 1 to [`LAST_PAGE`].
 pub fn page_number(asked: Option<i64>) -> i64 {
-    asked.unwrap_or(1).max(1)
+    asked.unwrap_or(1).clamp(1, LAST_PAGE)
+}
+
+/// What a page says after a change, chosen by a code in its link: never text from the link
+/// itself, which anyone can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// Bulk confirmation: how many were confirmed, how many had changed meanwhile.
+    Confirmed { confirmed: u32, changed: u32 },
+    /// A review decision and how many held invites it changed.
+    Reviewed { action: ReviewAction, invites: u32 },
+    /// A review applied whose counters could not be cleared.
+    CountersKept,
+    /// A rule saved.
+    RuleSaved,
+}
+
+/// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
+/// `m` are its counts).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct PageQuery {
+    pub page: Option<i64>,
+    done: Option<String>,
+    n: Option<u32>,
+    m: Option<u32>,
+}
+
+impl Notice {
+    pub fn from_query(q: &PageQuery) -> Option<Notice> {
+        let n = q.n.unwrap_or(0);
+        let notice = match q.done.as_deref()? {
+            "confirmed" => Notice::Confirmed {
+                confirmed: n,
+                changed: q.m.unwrap_or(0),
+            },
+            "counters_kept" => Notice::CountersKept,
+            "rule_saved" => Notice::RuleSaved,
+            action => Notice::Reviewed {
+                action: action.parse().ok()?,
+                invites: n,
+            },
+        };
+        Some(notice)
+    }
+
+    /// The query that shows this notice.
+    pub fn query(self) -> String {
+        match self {
+            Notice::Confirmed { confirmed, changed } => {
+                format!("done=confirmed&n={confirmed}&m={changed}")
+            }
+            Notice::Reviewed { action, invites } => format!("done={}&n={invites}", action.as_str()),
+            Notice::CountersKept => "done=counters_kept".into(),
+            Notice::RuleSaved => "done=rule_saved".into(),
+        }
+    }
+
+    pub fn text(self) -> String {
+        match self {
+            Notice::Confirmed { confirmed, changed } => {
+                let mut text = format!("Confirmed {confirmed} ban(s).");
+                if changed > 0 {
+                    text.push_str(&format!(
+                        " {changed} sender(s) changed since the page was loaded and were left alone."
+                    ));
+                }
+                text
+            }
+            Notice::Reviewed { action, invites } => format!(
+                "Done: {} ({invites} held invite(s) changed).",
+                action.as_str().replace('_', " ")
+            ),
+            Notice::CountersKept => "Done, but the sender's counters could not be cleared.".into(),
+            Notice::RuleSaved => "Saved; every instance applies the rule within a second.".into(),
+        }
+    }
 }
 
 pub fn time(t: Option<Time>) -> String {
@@ -24,8 +105,18 @@ pub fn window(secs: i64) -> String {
     }
 }
 
-pub fn urlencode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+/// `s` as one segment of a path: every byte but letters, digits and `-._~` percent-encoded,
+/// so no id can add a segment, a query or a fragment to a link.
+pub fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Why an invite got its status, in one line, from its decision record.
@@ -64,6 +155,46 @@ pub fn why(decision: &serde_json::Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn notices_come_from_codes_only() {
+        let q = |done: &str| PageQuery {
+            page: None,
+            done: Some(done.into()),
+            n: Some(2),
+            m: Some(1),
+        };
+        for notice in [
+            Notice::Confirmed {
+                confirmed: 2,
+                changed: 1,
+            },
+            Notice::Reviewed {
+                action: ReviewAction::LiftAndRelease,
+                invites: 2,
+            },
+            Notice::CountersKept,
+            Notice::RuleSaved,
+        ] {
+            let query: String = notice.query();
+            let done = query
+                .trim_start_matches("done=")
+                .split('&')
+                .next()
+                .expect("code");
+            assert_eq!(Notice::from_query(&q(done)), Some(notice), "{query}");
+        }
+        assert_eq!(Notice::from_query(&q("Call 555-0100 now")), None);
+        assert_eq!(page_number(Some(i64::MAX)), LAST_PAGE);
+        assert_eq!(page_number(Some(-5)), 1);
+    }
+
+    #[test]
+    fn a_path_segment_cannot_leave_its_segment() {
+        assert_eq!(path_segment("u_1"), "u_1");
+        assert_eq!(path_segment("a/../b?c=1#d e"), "a%2F..%2Fb%3Fc%3D1%23d%20e");
+        assert_eq!(path_segment("ü"), "%C3%BC");
+    }
 
     #[test]
     fn windows_read_in_their_largest_whole_unit() {

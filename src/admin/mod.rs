@@ -1,6 +1,6 @@
 //! The dashboard under `/admin`: server-rendered pages (askama), one file per page or concern.
-//! This file holds the router, the dashboard's state and the security headers every response
-//! carries.
+//! This file holds the router and the dashboard's state (the security headers are on every
+//! answer of the service: [`crate::http::security_headers`]).
 
 pub mod accounts;
 mod audit;
@@ -15,11 +15,12 @@ pub mod setup;
 
 use axum::Router;
 use axum::extract::FromRef;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::header;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use sqlx::PgPool;
 
+use crate::http::TrustedProxies;
 use crate::limiter::{KeyPrefix, Limiter};
 use crate::rules::RuleCache;
 
@@ -35,11 +36,14 @@ pub struct Dashboard {
     pub secure_cookies: bool,
     /// The first-admin link, while no admin exists.
     pub setup: setup::SetupLink,
+    /// Password hashing, off the async workers and a few at a time.
+    pub passwords: accounts::Passwords,
 }
 
 pub fn router<S>() -> Router<S>
 where
     Dashboard: FromRef<S>,
+    TrustedProxies: FromRef<S>,
     S: Clone + Send + Sync + 'static,
 {
     Router::new()
@@ -60,29 +64,6 @@ where
         .route("/admin/senders/{id}", get(senders::sender_page))
         .route("/admin/senders/{id}/review", post(senders::review_sender))
         .route("/admin/static/admin.css", get(stylesheet))
-        .layer(axum::middleware::map_response(security_headers))
-}
-
-/// Strict headers on every dashboard response: no scripts at all, no framing, no sniffing.
-async fn security_headers(mut response: Response) -> Response {
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }
 
 async fn stylesheet() -> impl IntoResponse {

@@ -5,7 +5,7 @@ use askama_web::WebTemplate;
 use axum::extract::State;
 
 use super::Dashboard;
-use super::auth::Admin;
+use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::Time;
 use crate::moderation::senders;
@@ -85,7 +85,7 @@ fn chart(hours: &[Hour], now: Time) -> Chart {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/overview.html")]
 pub(super) struct OverviewPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     awaiting: i64,
     statuses: Vec<reports::StatusCount>,

@@ -5,20 +5,13 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::Admin;
+use super::auth::{Admin, Viewer};
 use super::error::AdminError;
-use super::format::{PAGE, page_number, time, urlencode};
+use super::format::{Notice, PAGE, PageQuery, page_number, time};
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
-
-#[derive(Deserialize)]
-pub(super) struct PageQuery {
-    page: Option<i64>,
-    done: Option<String>,
-}
 
 pub(super) struct QueueRow {
     id: String,
@@ -51,7 +44,7 @@ impl From<Awaiting> for QueueRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/queue.html")]
 pub(super) struct QueuePage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     rows: Vec<QueueRow>,
     page: i64,
@@ -77,7 +70,7 @@ pub(super) async fn queue(
             .collect(),
         page,
         more,
-        notice: q.done,
+        notice: Notice::from_query(&q).map(Notice::text),
     })
 }
 
@@ -111,6 +104,7 @@ pub(super) async fn confirm_selected(
             action: ReviewAction::ConfirmBan,
             seen_version: version,
             actor: &admin.0.username,
+            admin_id: Some(admin.0.admin_id),
             note: Some(note.as_str()).filter(|n| !n.trim().is_empty()),
         };
         match super::senders::apply(&dashboard, &review).await {
@@ -119,11 +113,6 @@ pub(super) async fn confirm_selected(
             Err(e) => return Err(e.into()),
         }
     }
-    let mut notice = format!("Confirmed {confirmed} ban(s).");
-    if changed > 0 {
-        notice.push_str(&format!(
-            " {changed} sender(s) changed since the page was loaded and were left alone."
-        ));
-    }
-    Ok(Redirect::to(&format!("/admin/queue?done={}", urlencode(&notice))).into_response())
+    let notice = Notice::Confirmed { confirmed, changed };
+    Ok(Redirect::to(&format!("/admin/queue?{}", notice.query())).into_response())
 }

@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::Admin;
+use super::auth::{Admin, AdminOnly, Viewer};
 use super::error::AdminError;
-use super::format::{urlencode, window};
+use super::format::{Notice, PageQuery, window};
 use crate::limiter::{Algorithm, EdgeMode};
 use crate::rules::edit::{self, Backtest, FieldErrors, RuleInput, SaveError};
 use crate::rules::{Action, Scope};
@@ -31,21 +31,16 @@ pub(super) struct RuleRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/rules.html")]
 pub(super) struct RulesPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     rules: Vec<RuleRow>,
     notice: Option<String>,
 }
 
-#[derive(Deserialize)]
-pub(super) struct DoneQuery {
-    done: Option<String>,
-}
-
 pub(super) async fn list(
     State(dashboard): State<Dashboard>,
-    admin: Admin,
-    Query(q): Query<DoneQuery>,
+    AdminOnly(admin): AdminOnly,
+    Query(q): Query<PageQuery>,
 ) -> Result<RulesPage, AdminError> {
     let rules = crate::rules::load_all(&dashboard.pool).await?;
     Ok(RulesPage {
@@ -74,7 +69,7 @@ pub(super) async fn list(
                 }
             })
             .collect(),
-        notice: q.done,
+        notice: Notice::from_query(&q).map(Notice::text),
     })
 }
 
@@ -85,6 +80,7 @@ fn algorithm_family(a: Algorithm) -> &'static str {
         Algorithm::SlidingWindow => "sliding_window",
         Algorithm::TokenBucket { .. } => "token_bucket",
         Algorithm::SlidingLog => "sliding_log",
+        Algorithm::Distinct => "distinct",
     }
 }
 
@@ -104,7 +100,7 @@ pub(super) struct FormView {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/rule_form.html")]
 pub(super) struct RuleFormPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     id: Option<i64>,
     action: String,
@@ -167,7 +163,7 @@ fn page(
     }
 }
 
-pub(super) async fn new_form(admin: Admin) -> RuleFormPage {
+pub(super) async fn new_form(AdminOnly(admin): AdminOnly) -> RuleFormPage {
     let form = FormView {
         name: String::new(),
         scope: "sender".into(),
@@ -184,7 +180,7 @@ pub(super) async fn new_form(admin: Admin) -> RuleFormPage {
 
 pub(super) async fn edit_form(
     State(dashboard): State<Dashboard>,
-    admin: Admin,
+    AdminOnly(admin): AdminOnly,
     Path(id): Path<i64>,
 ) -> Result<RuleFormPage, AdminError> {
     let rule = crate::rules::find(&dashboard.pool, id)
@@ -237,7 +233,7 @@ pub(super) struct RuleForm {
 
 pub(super) async fn create(
     State(dashboard): State<Dashboard>,
-    admin: Admin,
+    AdminOnly(admin): AdminOnly,
     axum::Form(form): axum::Form<RuleForm>,
 ) -> Result<Response, AdminError> {
     submit(&dashboard, admin, None, form).await
@@ -245,7 +241,7 @@ pub(super) async fn create(
 
 pub(super) async fn update(
     State(dashboard): State<Dashboard>,
-    admin: Admin,
+    AdminOnly(admin): AdminOnly,
     Path(id): Path<i64>,
     axum::Form(form): axum::Form<RuleForm>,
 ) -> Result<Response, AdminError> {
@@ -317,11 +313,8 @@ async fn submit(
     };
     match saved {
         Ok(_) => {
-            let notice = format!(
-                "Saved rule {}; every instance applies it within a second.",
-                rule.name
-            );
-            Ok(Redirect::to(&format!("/admin/rules?done={}", urlencode(&notice))).into_response())
+            let notice = Notice::RuleSaved.query();
+            Ok(Redirect::to(&format!("/admin/rules?{notice}")).into_response())
         }
         Err(e @ SaveError::NameTaken(_)) => {
             let errors = FieldErrors {

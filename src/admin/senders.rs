@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::Admin;
+use super::auth::{Admin, Viewer};
 use super::error::AdminError;
-use super::format::{PAGE, page_number, time, urlencode, why, window};
+use super::format::{Notice, PAGE, PageQuery, page_number, path_segment, time, why, window};
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
@@ -24,7 +24,7 @@ pub(super) struct FindQuery {
 }
 
 pub(super) async fn find_sender(_admin: Admin, Query(q): Query<FindQuery>) -> Redirect {
-    Redirect::to(&format!("/admin/senders/{}", urlencode(q.id.trim())))
+    Redirect::to(&format!("/admin/senders/{}", path_segment(q.id.trim())))
 }
 
 pub(super) struct SenderView {
@@ -84,7 +84,7 @@ pub(super) struct AuditView {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/sender.html")]
 pub(super) struct SenderPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     sender: SenderView,
     counters: Vec<CounterView>,
@@ -117,11 +117,7 @@ async fn counters(dashboard: &Dashboard, id: &str) -> (Vec<CounterView>, Option<
     let checks: Vec<Check<'_>> = rules
         .iter()
         .zip(&keys)
-        .map(|(r, key)| Check {
-            key,
-            quota: &r.quota,
-            cost: 0,
-        })
+        .map(|(r, key)| Check::new(key, &r.quota, 0))
         .collect();
     match dashboard.limiter.check_batch(&checks, None).await {
         Ok(decisions) => (
@@ -201,19 +197,14 @@ async fn render_sender(
     })
 }
 
-#[derive(Deserialize)]
-pub(super) struct PageQuery {
-    page: Option<i64>,
-    done: Option<String>,
-}
-
 pub(super) async fn sender_page(
     State(dashboard): State<Dashboard>,
     admin: Admin,
     Path(id): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Result<SenderPage, AdminError> {
-    render_sender(&dashboard, &admin, &id, page_number(q.page), q.done, None).await
+    let notice = Notice::from_query(&q).map(Notice::text);
+    render_sender(&dashboard, &admin, &id, page_number(q.page), notice, None).await
 }
 
 /// Applies one review decision with the dashboard's stores.
@@ -234,6 +225,9 @@ pub(super) async fn apply(
 #[derive(Deserialize)]
 pub(super) struct ReviewForm {
     csrf: String,
+    /// The sender the form was made for: it must be the sender of the path.
+    #[serde(default)]
+    sender: String,
     version: i64,
     action: String,
     #[serde(default)]
@@ -247,6 +241,11 @@ pub(super) async fn review_sender(
     axum::Form(form): axum::Form<ReviewForm>,
 ) -> Result<Response, AdminError> {
     admin.check_csrf(&form.csrf)?;
+    if form.sender != id {
+        return Err(AdminError::BadForm(
+            "this form was made for another sender; reload the page and decide again".into(),
+        ));
+    }
     let action: ReviewAction = form.action.parse().map_err(AdminError::BadForm)?;
     let note = form.note.trim();
     let review = Review {
@@ -254,22 +253,22 @@ pub(super) async fn review_sender(
         action,
         seen_version: form.version,
         actor: &admin.0.username,
+        admin_id: Some(admin.0.admin_id),
         note: Some(note).filter(|n| !n.is_empty() && n.len() <= 500),
     };
-    let back = |notice: &str| {
+    let back = |notice: Notice| {
         Redirect::to(&format!(
-            "/admin/senders/{}?done={}",
-            urlencode(&id),
-            urlencode(notice)
+            "/admin/senders/{}?{}",
+            path_segment(&id),
+            notice.query()
         ))
         .into_response()
     };
     match apply(&dashboard, &review).await {
-        Ok(done) => Ok(back(&format!(
-            "Done: {} ({} held invite(s) changed).",
-            action.as_str().replace('_', " "),
-            done.invites_changed
-        ))),
+        Ok(done) => Ok(back(Notice::Reviewed {
+            action,
+            invites: u32::try_from(done.invites_changed).unwrap_or(u32::MAX),
+        })),
         Err(e @ ReviewError::Stale { .. }) => {
             let page = render_sender(&dashboard, &admin, &id, 1, None, Some(e.to_string())).await?;
             Ok((StatusCode::CONFLICT, page).into_response())
@@ -277,9 +276,7 @@ pub(super) async fn review_sender(
         Err(e @ ReviewError::Limiter(_)) => {
             // The decision is committed; only clearing the counters failed.
             tracing::warn!(error = %e, "review applied, counters not cleared");
-            Ok(back(
-                "Done, but the sender's counters could not be cleared.",
-            ))
+            Ok(back(Notice::CountersKept))
         }
         Err(e) => Err(e.into()),
     }

@@ -8,12 +8,12 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
 use super::accounts;
-use super::auth::logged_in;
+use super::auth::{Viewer, logged_in};
 use super::error::AdminError;
 
 const VALID_FOR: Duration = Duration::from_secs(3600);
@@ -48,7 +48,7 @@ impl SetupLink {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/setup.html")]
 pub(super) struct SetupPage {
-    admin: Option<String>,
+    admin: Option<Viewer>,
     csrf: String,
     token: String,
     username: String,
@@ -111,19 +111,24 @@ pub(super) async fn create(
     if form.password != form.password2 {
         return Ok(again("The two passwords differ.".into()));
     }
-    match accounts::add(&dashboard.pool, &form.username, &form.password).await {
-        Ok(()) => {}
-        Err(e @ (accounts::AccountError::Db(_) | accounts::AccountError::Hash(_))) => {
-            return Err(e.into());
+    let created = accounts::add_first(
+        &dashboard.pool,
+        &dashboard.passwords,
+        &form.username,
+        &form.password,
+    )
+    .await;
+    let id = match created {
+        Ok(Some(id)) => id,
+        // Another setup, here or on another instance, was first.
+        Ok(None) => return Err(expired()),
+        Err(e @ (accounts::AccountError::Username | accounts::AccountError::WeakPassword)) => {
+            return Ok(again(e.to_string()));
         }
-        Err(e) => return Ok(again(e.to_string())),
-    }
+        Err(e) => return Err(e.into()),
+    };
     dashboard.setup.consume();
     tracing::info!(admin = %form.username, "first admin created");
-    let Ok(Some((token, _))) =
-        accounts::log_in(&dashboard.pool, &form.username, &form.password).await
-    else {
-        return Ok(Redirect::to("/admin/login").into_response());
-    };
-    Ok(logged_in(token, "/admin", dashboard.secure_cookies))
+    let token = accounts::open_session(&dashboard.pool, id).await?;
+    Ok(logged_in(&dashboard, token, "/admin"))
 }

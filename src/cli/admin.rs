@@ -1,7 +1,9 @@
-//! `sendguard admin add`: dashboard accounts from the command line.
+//! `sendguard admin add|disable`: dashboard accounts from the command line, each change
+//! audited under the operator's name (`SENDGUARD_OPERATOR`, else the OS user).
 
-use clap::Subcommand;
-use sendguard::admin::accounts;
+use clap::{Subcommand, ValueEnum};
+use sendguard::admin::accounts::{self, Role};
+use sendguard::audit;
 use sendguard::config::Database;
 
 use super::Failure;
@@ -12,20 +14,56 @@ pub enum AdminCommand {
     /// the terminal without echo.
     Add {
         username: String,
+        /// A moderator works the review queue, the senders and the audit log; an admin also
+        /// rules, keys and admins.
+        #[arg(long, value_enum, default_value_t = RoleArg::Admin)]
+        role: RoleArg,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// Disable an admin: their sessions end at once, on every instance.
+    Disable {
+        username: String,
         #[command(flatten)]
         database: Database,
     },
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Moderator,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Role {
+        match r {
+            RoleArg::Admin => Role::Admin,
+            RoleArg::Moderator => Role::Moderator,
+        }
+    }
+}
+
 impl AdminCommand {
     pub async fn run(self) -> Result<(), Failure> {
         match self {
-            AdminCommand::Add { username, database } => {
+            AdminCommand::Add {
+                username,
+                role,
+                database,
+            } => {
                 let password = password(&username)?;
                 let pool = super::database(&database).await?;
-                accounts::add(&pool, &username, &password).await?;
+                let role = Role::from(role);
+                accounts::add(&pool, &username, &password, role, &audit::operator()).await?;
                 pool.close().await;
-                println!("admin `{username}` added");
+                println!("{} `{username}` added", role.as_str());
+            }
+            AdminCommand::Disable { username, database } => {
+                let pool = super::database(&database).await?;
+                accounts::disable(&pool, &username, &audit::operator()).await?;
+                pool.close().await;
+                println!("admin `{username}` disabled; their sessions have ended");
             }
         }
         Ok(())

@@ -1,9 +1,9 @@
 //! `sendguard api-key create|revoke|list`: the keys calling apps authenticate with.
 
 use clap::Subcommand;
-use sendguard::api_keys;
 use sendguard::config::Database;
 use sendguard::limiter::simulate::to_table;
+use sendguard::{api_keys, audit};
 
 use super::Failure;
 
@@ -33,14 +33,14 @@ impl ApiKeyCommand {
         match self {
             ApiKeyCommand::Create { name, database } => {
                 let pool = super::database(&database).await?;
-                let key = api_keys::create(&pool, &name).await?;
+                let key = api_keys::create(&pool, &name, &audit::operator()).await?;
                 pool.close().await;
                 println!("{key}");
                 eprintln!("API key `{name}` created. It is shown only now: store it safely.");
             }
             ApiKeyCommand::Revoke { name, database } => {
                 let pool = super::database(&database).await?;
-                let revoked = api_keys::revoke(&pool, &name).await?;
+                let revoked = api_keys::revoke(&pool, &name, &audit::operator()).await?;
                 pool.close().await;
                 if !revoked {
                     return Err(format!("no live API key named `{name}`").into());

@@ -3,6 +3,7 @@
 mod admin;
 mod api_key;
 mod bench;
+mod healthcheck;
 mod migrate;
 mod serve;
 mod simulate;
@@ -42,6 +43,8 @@ enum Command {
     /// Measure the service's parts against their ceilings.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Exit 0 when the instance at SENDGUARD_LISTEN is ready (for container health checks).
+    Healthcheck(healthcheck::HealthcheckArgs),
 }
 
 /// How tables are printed.
@@ -63,6 +66,7 @@ impl Cli {
                 Ok(())
             }
             Command::Bench(command) => command.run().await,
+            Command::Healthcheck(args) => healthcheck::run(&args).await,
         }
     }
 }

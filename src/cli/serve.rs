@@ -6,6 +6,8 @@ use super::Failure;
 
 pub async fn run(cfg: &Config) -> Result<(), Failure> {
     init_logs(cfg.log_json);
+    let files = sendguard::startup::raise_open_file_limit();
+    tracing::info!(open_files = files, "open-file limit");
     let running = sendguard::start(cfg).await?;
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -3,7 +3,11 @@
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::header;
 use axum::http::request::Parts;
+use std::sync::Arc;
+use std::time::Duration;
+
 use sqlx::PgPool;
+use tokio::sync::Semaphore;
 
 use super::ApiError;
 use crate::api_keys::{self, ApiKeyCache};
@@ -13,7 +17,13 @@ use crate::api_keys::{self, ApiKeyCache};
 pub struct ApiKeys {
     pub pool: PgPool,
     pub cache: ApiKeyCache,
+    /// Database lookups of uncached keys at once: a flood of unknown keys can take these
+    /// connections of the pool, never all of it.
+    pub lookups: Arc<Semaphore>,
 }
+
+/// How long a request waits for a lookup permit before it is answered 503.
+const LOOKUP_WAIT: Duration = Duration::from_millis(250);
 
 /// The id of the live API key the request carries.
 pub struct ApiKey(pub i64);
@@ -33,8 +43,16 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
-            .filter(|k| !k.is_empty() && k.len() <= 128)
+            .filter(|k| api_keys::well_formed(k))
             .ok_or(ApiError::Unauthorized)?;
+        if let Some(id) = keys.cache.cached(key) {
+            return Ok(ApiKey(id));
+        }
+        let _permit = tokio::time::timeout(LOOKUP_WAIT, keys.lookups.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| ApiError::unavailable("too many key checks at once; retry shortly"))?;
         api_keys::verify(&keys.pool, &keys.cache, key)
             .await?
             .map(ApiKey)

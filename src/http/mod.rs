@@ -1,7 +1,9 @@
-//! Shared HTTP pieces: problem+json errors, the API-key extractor, the request middleware, the
-//! server loop, and the API's own description.
+//! Shared HTTP pieces: problem+json errors, the API-key and client-address extractors, body
+//! deadlines, the request middleware, the server loop, and the API's own description.
 
 mod api_key;
+mod body;
+mod client;
 mod error;
 mod middleware;
 pub mod server;
@@ -10,8 +12,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 pub use api_key::{ApiKey, ApiKeys};
+pub use body::{BodyLimit, read_body};
+pub use client::{ClientAddr, TrustedProxies, group};
 pub use error::{ApiError, ErrorCause, RateLimited};
-pub use middleware::{Edge, observe};
+pub use middleware::{Edge, SecurityHeaders, observe, security_headers};
 
 /// Unknown paths: a problem under /api/, a plain 404 elsewhere.
 pub async fn not_found(uri: axum::http::Uri) -> Response {

@@ -1,34 +1,91 @@
 //! The HTTP/1 server loop. Unlike `axum::serve`, it bounds how long a client may take to send
-//! its headers, so a slow client cannot hold a connection forever.
+//! its headers, and how many connections one client address may hold, so idle or slow sockets
+//! cannot take the service from others. HTTP/2 is not spoken: a client that starts its preface
+//! is an HTTP/1 client with unfinished headers, cut off by the same deadline.
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use ipnet::IpNet;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::client::{TrustedProxies, group};
+
 /// How long requests in flight may take to finish once `stop` is cancelled.
 const DRAIN: Duration = Duration::from_secs(30);
+
+/// How a listener treats its connections.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Headers must arrive within it.
+    pub read_timeout: Duration,
+    /// Open connections per client address group; 0: no limit.
+    pub per_client: usize,
+    /// Exempt from `per_client`: every client behind them shares their address.
+    pub trusted: TrustedProxies,
+}
+
+/// Open connections by client address group.
+#[derive(Default)]
+struct Open(Mutex<HashMap<IpNet, usize>>);
+
+impl Open {
+    /// Counts a connection in, unless its group already holds `cap`.
+    fn admit(self: &Arc<Self>, client: IpNet, cap: usize) -> Option<Slot> {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(client).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            open: self.clone(),
+            client,
+        })
+    }
+}
+
+/// One open connection, counted out when dropped.
+struct Slot {
+    open: Arc<Open>,
+    client: IpNet,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.open.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.client);
+            }
+        }
+    }
+}
 
 /// Serves connections until `stop` is cancelled, then lets requests in flight finish.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    read_timeout: Duration,
+    settings: Settings,
     stop: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut builder = Builder::new(TokioExecutor::new());
+    let open = Arc::new(Open::default());
+    let mut builder = http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(read_timeout);
+        .header_read_timeout(settings.read_timeout);
     loop {
-        let (stream, peer) = tokio::select! {
+        let (stream, peer): (_, SocketAddr) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -40,17 +97,26 @@ pub async fn serve(
             },
             _ = stop.cancelled() => break,
         };
+        let slot = if settings.per_client == 0 || settings.trusted.contains(peer.ip()) {
+            None
+        } else {
+            match open.admit(group(peer.ip()), settings.per_client) {
+                Some(slot) => Some(slot),
+                // Closed at once: this address holds its share already.
+                None => continue,
+            }
+        };
         let service = app
             .clone()
             .layer(axum::Extension(axum::extract::ConnectInfo(peer)));
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
-            .into_owned();
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
+            drop(slot);
         });
     }
     drop(listener);

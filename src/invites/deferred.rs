@@ -30,7 +30,7 @@ impl InviteService {
                 message: None,
                 sender_name: None,
             };
-            let state = self.senders.get(&self.pool, &invite.sender_id).await?;
+            let state = self.senders.get(&self.pool, &invite.sender_id).await?.state;
             let at_ms = row.created_at.timestamp_millis().max(0) as u64;
             let d = match self.decide(&invite, state, Some(at_ms)).await {
                 Ok(d) => d,

@@ -1,10 +1,8 @@
 //! `POST /api/v1/invites`: parse, call the flow, map the outcome; and how the flow's errors
 //! become API answers.
 
-use std::time::Duration;
-
 use axum::Json;
-use axum::body::Body;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,22 +12,20 @@ use super::policy::Rejection;
 use super::{InvalidBody, InviteError, InviteService, Outcome, Submission, validate};
 use crate::http::{ApiError, ApiKey, RateLimited};
 
-/// Largest accepted body (DESIGN.md §4).
+/// Largest accepted body (DESIGN.md §4), enforced by `http::read_body`.
 pub const MAX_BODY: usize = 16 * 1024;
 
 /// What the handler needs.
 #[derive(Clone)]
 pub struct InviteApi {
     pub service: InviteService,
-    /// How long a body may take to arrive.
-    pub read_timeout: Duration,
 }
 
 pub async fn create(
     State(api): State<InviteApi>,
     ApiKey(api_key_id): ApiKey,
     headers: HeaderMap,
-    body: Body,
+    bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let json = headers
         .get(header::CONTENT_TYPE)
@@ -50,10 +46,7 @@ pub async fn create(
                 })?,
         ),
     };
-    let bytes = tokio::time::timeout(api.read_timeout, axum::body::to_bytes(body, MAX_BODY))
-        .await
-        .map_err(|_| ApiError::Timeout)?
-        .map_err(|_| ApiError::TooLarge(MAX_BODY))?;
+    // The body arrived whole, within its deadline and under MAX_BODY (`http::read_body`).
     let invite = validate::parse(&bytes)?;
     let outcome = api
         .service

@@ -20,10 +20,10 @@ use crate::config::RedisPolicy;
 use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::Metrics;
-use crate::moderation::{SenderState, SenderStates};
+use crate::moderation::{self, SenderState, SenderStates, Standing};
 use crate::rules::{RuleCache, Scope, Subjects};
 use idempotency::Earlier;
-use policy::{Checked, Decided, Rejection};
+use policy::{Checked, Decided, Rejection, Status};
 use store::{NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
 
@@ -86,11 +86,12 @@ impl InviteService {
             return Ok(Outcome::Accepted(id));
         }
         let invite = &sub.invite;
-        let mut state = self.senders.get(&self.pool, &invite.sender_id).await?;
+        let mut standing = self.senders.get(&self.pool, &invite.sender_id).await?;
         // The rules count an invite once. When the sender's state turns out to have changed
         // since this instance cached it, the verdict is derived again from the same answers.
         let mut answers: Option<Result<Vec<Checked>, LimiterError>> = None;
         for _ in 0..STATE_RETRIES {
+            let state = standing.state;
             let decided = if state == SenderState::Trusted {
                 policy::trusted()
             } else {
@@ -121,10 +122,10 @@ impl InviteService {
                 idempotency_key: sub.idempotency_key,
                 request_hash: &request_hash,
             };
-            match self.record(&new, state, &decided).await {
+            match self.record(&new, standing, &decided).await {
                 Ok(Written::StateDiffers) => {
                     self.senders.forget(&invite.sender_id);
-                    state = crate::moderation::stored_state(&self.pool, &invite.sender_id).await?;
+                    standing = moderation::stored_standing(&self.pool, &invite.sender_id).await?;
                 }
                 Ok(_) => return Ok(Outcome::Accepted(new.id)),
                 Err(e) => {
@@ -143,25 +144,27 @@ impl InviteService {
         ))
     }
 
-    /// Writes the invite, and the flag of a breach in the same transaction, timed and counted.
+    /// Writes the invite (with the flag of a breach in the same transaction), timed and
+    /// counted.
     async fn record(
         &self,
         new: &NewInvite<'_>,
-        state: SenderState,
+        standing: Standing,
         decided: &Decided,
     ) -> Result<Written, sqlx::Error> {
         let started = std::time::Instant::now();
-        let written = if decided.breach.is_none() && decided.status != policy::Status::Held {
-            store::insert(&self.pool, new, state).await
-        } else {
-            store::insert_with_flag(
-                &self.pool,
-                new,
-                state,
-                decided.breach.as_ref(),
-                self.held_cap,
-            )
-            .await
+        let written = match (&decided.breach, decided.status) {
+            (Some(breach), _) => {
+                store::insert_with_flag(&self.pool, new, standing.state, breach, self.held_cap)
+                    .await
+            }
+            (None, Status::Held) => {
+                store::insert_held(&self.pool, new, standing.state, self.held_cap).await
+            }
+            (None, status) => {
+                let admitted = standing.state == SenderState::Active && status == Status::Queued;
+                store::insert(&self.pool, new, standing, admitted).await
+            }
         };
         match &written {
             Ok(Written::StateDiffers) => {}
@@ -254,11 +257,7 @@ impl InviteService {
             .zip(&keys)
             .zip(&local)
             .filter(|(_, local)| !**local)
-            .map(|((rule, key), _)| Check {
-                key,
-                quota: &rule.quota,
-                cost: 1,
-            })
+            .map(|((rule, key), _)| Check::new(key, &rule.quota, 1))
             .collect();
         let started = std::time::Instant::now();
         let mut remote = match self.limiter.check_batch(&checks, at_ms).await {

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::policy::{Checked, Status};
 use super::validate::ValidInvite;
-use crate::moderation::{self, Flag, SenderState};
+use crate::moderation::{self, Flag, SenderState, Standing};
 
 /// An invite about to be written, with its verdict.
 pub struct NewInvite<'a> {
@@ -45,12 +45,39 @@ macro_rules! insert_invite {
 const INSERT: &str = insert_invite!();
 
 /// The sender upsert (`$3` is its id) and the insert, guarded by the assumed state (`$14`).
+/// An invite the counters admitted (`$15`) is also written when the only change since its
+/// sender was read (at version `$16`) is a ban by a rule: a later invite of its own burst,
+/// counted after it, committed first. A ban by a person still holds it.
 const INSERT_GUARDED: &str = concat!(
     "WITH sender AS (INSERT INTO senders (id) VALUES ($3)
-         ON CONFLICT (id) DO UPDATE SET last_seen_at = now() RETURNING state) ",
+         ON CONFLICT (id) DO UPDATE SET last_seen_at = now()
+         RETURNING state, version, state_changed_by) ",
     insert_invite!(),
-    " FROM sender WHERE sender.state = $14"
+    " FROM sender WHERE sender.state = $14
+         OR ($15 AND sender.state = 'shadow_banned' AND sender.state_changed_by = 'system'
+             AND sender.version = $16 + 1)"
 );
+
+/// A held invite in one statement: a slot under the sender's cap (`$10`) is taken and the
+/// invite stored whole; past the cap only what idempotency needs is kept, as `discarded`. The
+/// sender must be in the assumed state (`$11`). `$1`-`$9`, `$12`-`$14` as in [`INSERT`].
+const INSERT_HELD: &str = "WITH cur AS (
+         SELECT held_stored < $10 AS room FROM senders
+         WHERE id = $3 AND state = $11 FOR UPDATE),
+     slot AS (
+         UPDATE senders SET last_seen_at = now(),
+             held_stored = held_stored + (SELECT room::int FROM cur),
+             held_overflow = held_overflow + (SELECT (NOT room)::int FROM cur)
+         WHERE id = $3 AND EXISTS (SELECT 1 FROM cur) RETURNING 1)
+     INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, sender_ip,
+         resource, message, sender_name, status, decision, idempotency_key, request_hash)
+     SELECT $1, $2, $3, $4, $5, $6,
+         CASE WHEN cur.room THEN $7 END, CASE WHEN cur.room THEN $8 END,
+         CASE WHEN cur.room THEN $9 END,
+         CASE WHEN cur.room THEN 'held' ELSE 'discarded' END,
+         CASE WHEN cur.room THEN $12 ELSE '{\"reason\": \"held_cap\"}'::jsonb END, $13, $14
+     FROM cur, slot
+     RETURNING status";
 
 /// The sender's row, created on first sight; its state as stored.
 const UPSERT_SENDER: &str = "INSERT INTO senders (id) VALUES ($1)
@@ -58,7 +85,8 @@ const UPSERT_SENDER: &str = "INSERT INTO senders (id) VALUES ($1)
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
-fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
+/// `$1`-`$6`: what every invite row keeps.
+fn bind_who<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
     let invite = new.invite;
     query
         .bind(new.id)
@@ -67,24 +95,38 @@ fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
         .bind(&invite.recipient)
         .bind(&invite.recipient_domain)
         .bind(invite.sender_ip.map(|ip| ip.to_string()))
+}
+
+/// `$7`-`$9`: the sender's words.
+fn bind_text<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
+    let invite = new.invite;
+    query
         .bind(&invite.resource)
         .bind(&invite.message)
         .bind(&invite.sender_name)
+}
+
+fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
+    bind_text(bind_who(query, new), new)
         .bind(new.status.as_str())
         .bind(new.decision)
         .bind(new.idempotency_key)
         .bind(new.request_hash)
 }
 
-/// The common case, an invite with no breach and no held slot to take: one statement (the
-/// sender upsert in a CTE, then the insert), one round trip.
+/// The common case, an invite with no breach and nothing to hold: one statement (the sender
+/// upsert in a CTE, then the insert), one round trip. `admitted`: the counters let it through
+/// every rule.
 pub async fn insert(
     pool: &PgPool,
     new: &NewInvite<'_>,
-    assumed: SenderState,
+    assumed: Standing,
+    admitted: bool,
 ) -> Result<Written, sqlx::Error> {
     let done = bind(sqlx::query(INSERT_GUARDED), new)
-        .bind(assumed.as_str())
+        .bind(assumed.state.as_str())
+        .bind(admitted)
+        .bind(assumed.version)
         .execute(pool)
         .await?;
     Ok(if done.rows_affected() == 0 {
@@ -94,13 +136,37 @@ pub async fn insert(
     })
 }
 
-/// An invite that flags its sender or takes a held slot: one transaction with the flag, the
-/// sender's new state and its audit entry.
+/// A held invite of a sender in `assumed` state (with no new flag): one statement, like a
+/// queued one, so holding costs no more time than sending.
+pub async fn insert_held<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    new: &NewInvite<'_>,
+    assumed: SenderState,
+    held_cap: i64,
+) -> Result<Written, sqlx::Error> {
+    let status: Option<String> = bind_text(bind_who(sqlx::query(INSERT_HELD), new), new)
+        .bind(held_cap)
+        .bind(assumed.as_str())
+        .bind(new.decision)
+        .bind(new.idempotency_key)
+        .bind(new.request_hash)
+        .fetch_optional(db)
+        .await?
+        .map(|row| sqlx::Row::get(&row, 0));
+    Ok(match status.as_deref() {
+        None => Written::StateDiffers,
+        Some("held") => Written::Recorded,
+        Some(_) => Written::OverHeldCap,
+    })
+}
+
+/// An invite that flags its sender: one transaction with the flag, the sender's new state,
+/// its audit entry and the invite.
 pub async fn insert_with_flag(
     pool: &PgPool,
     new: &NewInvite<'_>,
     assumed: SenderState,
-    breach: Option<&Checked>,
+    breach: &Checked,
     held_cap: i64,
 ) -> Result<Written, sqlx::Error> {
     let sender_id = &new.invite.sender_id;
@@ -112,16 +178,16 @@ pub async fn insert_with_flag(
     if stored != assumed.as_str() {
         return Ok(Written::StateDiffers);
     }
-    if let Some(breach) = breach {
-        flag(&mut tx, sender_id, breach).await?;
-    }
-    if new.status == Status::Held && !take_held_slot(&mut tx, sender_id, held_cap).await? {
-        tx.commit().await?;
-        return Ok(Written::OverHeldCap);
-    }
-    bind(sqlx::query(INSERT), new).execute(&mut *tx).await?;
+    flag(&mut tx, sender_id, breach).await?;
+    let written = if new.status == Status::Held {
+        // The upsert locked the row: the flag has moved it to shadow_banned.
+        insert_held(&mut *tx, new, SenderState::ShadowBanned, held_cap).await?
+    } else {
+        bind(sqlx::query(INSERT), new).execute(&mut *tx).await?;
+        Written::Recorded
+    };
     tx.commit().await?;
-    Ok(Written::Recorded)
+    Ok(written)
 }
 
 /// Flags the sender with the shadow-ban rule it broke, in the caller's transaction.
@@ -139,30 +205,6 @@ pub async fn flag(
         window_secs: (breach.rule.quota.window_ms / 1000) as i64,
     };
     moderation::shadow_ban(tx, &flag).await.map(drop)
-}
-
-/// Counts a held invite against the sender's cap; false when the cap is full.
-async fn take_held_slot(
-    tx: &mut Transaction<'_, Postgres>,
-    sender_id: &str,
-    held_cap: i64,
-) -> Result<bool, sqlx::Error> {
-    let took = sqlx::query(
-        "UPDATE senders SET held_stored = held_stored + 1 WHERE id = $1 AND held_stored < $2",
-    )
-    .bind(sender_id)
-    .bind(held_cap)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !took {
-        sqlx::query("UPDATE senders SET held_overflow = held_overflow + 1 WHERE id = $1")
-            .bind(sender_id)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(took)
 }
 
 /// An invite recorded while Redis could not be asked.

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
-/// An invite that passed every check; `recipient` is lower-cased for counting and sending.
+/// An invite that passed every check; `recipient` is normalised for counting and sending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidInvite {
     pub sender_id: String,
@@ -48,7 +48,14 @@ fn required(obj: &Map<String, Value>, field: &'static str) -> Result<String, Inv
     text(obj, field)?.ok_or_else(|| field_error(field, "is required"))
 }
 
-/// Single-line text: no control characters (no header can be injected through it).
+/// Characters that reorder what follows them (bidi embeddings, overrides and isolates): text
+/// that reads one way to a reviewer and another in a mail client.
+fn reorders(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+}
+
+/// Single-line text: no control characters (no header can be injected through it), no bidi
+/// controls, no line or paragraph separators.
 fn single_line(field: &'static str, value: &str, max: usize) -> Result<(), InvalidBody> {
     if value.chars().count() > max {
         return Err(field_error(
@@ -59,7 +66,64 @@ fn single_line(field: &'static str, value: &str, max: usize) -> Result<(), Inval
     if value.chars().any(char::is_control) {
         return Err(field_error(field, "must not contain control characters"));
     }
+    if value.chars().any(reorders) {
+        return Err(field_error(
+            field,
+            "must not contain bidirectional controls",
+        ));
+    }
+    if value.contains(['\u{2028}', '\u{2029}']) {
+        return Err(field_error(field, "must be a single line"));
+    }
     Ok(())
+}
+
+/// A recipient as it is counted and sent to: the domain lower-cased and IDNA-encoded, the local
+/// part ASCII (lower-cased, as mailbox providers treat it), and never an IP literal. Returns the
+/// address and its domain; whatever it accepts, lettre can send to.
+fn recipient(raw: &str) -> Result<(String, String), InvalidBody> {
+    let invalid = || field_error("recipient", "is not a valid email address");
+    if raw.len() > 254 {
+        return Err(field_error("recipient", "must be at most 254 characters"));
+    }
+    if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(invalid());
+    }
+    let (local, domain) = raw.rsplit_once('@').ok_or_else(invalid)?;
+    if domain.starts_with('[') || domain.parse::<IpAddr>().is_ok() {
+        return Err(field_error(
+            "recipient",
+            "must have a domain name, not an IP address",
+        ));
+    }
+    if !local.is_ascii() {
+        return Err(field_error(
+            "recipient",
+            "must have a local part (before the @) of ASCII characters",
+        ));
+    }
+    let domain = idna::domain_to_ascii(domain).map_err(|_| invalid())?;
+    // No top-level domain is numeric: `a@127.1` and the like are addresses in disguise.
+    let tld = domain.rsplit('.').next().unwrap_or_default();
+    if tld.is_empty() || tld.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(field_error(
+            "recipient",
+            "must have a domain name, not an IP address",
+        ));
+    }
+    if !domain.contains('.') {
+        return Err(field_error(
+            "recipient",
+            "must have a domain with a dot, like example.com",
+        ));
+    }
+    let local = local.to_ascii_lowercase();
+    let address = lettre::Address::new(&local, &domain).map_err(|_| invalid())?;
+    let address = address.to_string();
+    if address.len() > 254 {
+        return Err(field_error("recipient", "must be at most 254 characters"));
+    }
+    Ok((address, domain))
 }
 
 fn optional_line(
@@ -87,26 +151,7 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
     }
     single_line("sender_id", &sender_id, 128)?;
 
-    let recipient = required(&obj, "recipient")?;
-    if recipient.len() > 254 {
-        return Err(field_error("recipient", "must be at most 254 characters"));
-    }
-    if recipient
-        .chars()
-        .any(|c| c.is_control() || c.is_whitespace())
-    {
-        return Err(field_error("recipient", "is not a valid email address"));
-    }
-    let address = lettre::Address::from_str(&recipient)
-        .map_err(|_| field_error("recipient", "is not a valid email address"))?;
-    if !address.domain().contains('.') {
-        return Err(field_error(
-            "recipient",
-            "must have a domain with a dot, like example.com",
-        ));
-    }
-    let recipient = recipient.to_lowercase();
-    let recipient_domain = address.domain().to_lowercase();
+    let (recipient, recipient_domain) = recipient(&required(&obj, "recipient")?)?;
 
     let sender_ip = match text(&obj, "sender_ip")? {
         None => None,
@@ -130,6 +175,12 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
             return Err(field_error(
                 "message",
                 "must not contain control characters other than line breaks and tabs",
+            ));
+        }
+        if m.chars().any(reorders) {
+            return Err(field_error(
+                "message",
+                "must not contain bidirectional controls",
             ));
         }
     }
@@ -211,6 +262,79 @@ mod tests {
             )),
             Some("message")
         );
+    }
+
+    fn refused(recipient: &str) -> bool {
+        let body = serde_json::json!({"sender_id": "u", "recipient": recipient}).to_string();
+        field_of(&body) == Some("recipient")
+    }
+
+    #[test]
+    fn recipients_are_normalised_and_ip_literals_refused() {
+        for bad in [
+            "ana@[127.0.0.1]",
+            "ana@127.0.0.1",
+            "ana@[IPv6:::1]",
+            "ana@127.1",
+            "ana@example.com.",
+            "ána@example.com",
+            "ana@exa mple.com",
+        ] {
+            assert!(refused(bad), "{bad}");
+        }
+        let parse_one = |r: &str| {
+            let body = serde_json::json!({"sender_id": "u", "recipient": r}).to_string();
+            parse(body.as_bytes()).expect("valid")
+        };
+        let v = parse_one("Ana@Example.COM");
+        assert_eq!(
+            (v.recipient.as_str(), v.recipient_domain.as_str()),
+            ("ana@example.com", "example.com")
+        );
+        let v = parse_one("jo@Bücher.example");
+        assert_eq!(v.recipient, "jo@xn--bcher-kva.example");
+    }
+
+    #[test]
+    fn bidi_controls_and_separators_are_refused() {
+        let with = |field: &str, value: &str| {
+            let mut body = serde_json::json!({"sender_id": "u", "recipient": "a@b.co"});
+            body[field] = serde_json::json!(value);
+            field_of(&body.to_string())
+        };
+        assert_eq!(with("sender_name", "Pay\u{202e}lap"), Some("sender_name"));
+        assert_eq!(
+            with("sender_name", "a\u{2067}b\u{2069}"),
+            Some("sender_name")
+        );
+        assert_eq!(with("resource", "doc\u{2028}x"), Some("resource"));
+        assert_eq!(with("sender_id", "u\u{2029}"), Some("sender_id"));
+        assert_eq!(with("message", "see \u{202e}fdp.exe"), Some("message"));
+        assert_eq!(with("message", "line\nbreaks\tand tabs"), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever the validator accepts, lettre can address a message to: an accepted invite
+        /// never fails in the outbox for its address.
+        #[test]
+        fn every_accepted_address_can_be_sent_to(
+            local in "[A-Za-z0-9.!#$%&'*+/=?^_`{|}~\"(),:;<>@ü -]{0,24}",
+            domain in "[A-Za-z0-9.\\-\\[\\]:ü_]{0,24}",
+            raw in ".{0,40}",
+        ) {
+            for candidate in [format!("{local}@{domain}"), raw.clone()] {
+                let body = serde_json::json!({"sender_id": "u", "recipient": candidate}).to_string();
+                if let Ok(v) = parse(body.as_bytes()) {
+                    let mailbox = v.recipient.parse::<lettre::message::Mailbox>();
+                    proptest::prop_assert!(mailbox.is_ok(), "{} accepted as {}", candidate, v.recipient);
+                    let built = lettre::Message::builder()
+                        .from("a <a@example.com>".parse::<lettre::message::Mailbox>().expect("from"))
+                        .to(mailbox.expect("mailbox"))
+                        .body(String::new());
+                    proptest::prop_assert!(built.is_ok(), "{}", v.recipient);
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the scripts. Timestamps earlier than the state's newest one (late events in a replay) are judged
 //! at the newest one.
 
+use super::distinct::Distinct;
 use super::{Algorithm, Decision, EdgeMode, Quota, SUB_WINDOWS};
 
 /// Ring slots of `hash_counters`: the current sub-window and the 59 before it. The 61st, oldest
@@ -20,6 +21,7 @@ pub enum State {
     SlidingWindow(SlidingWindow),
     TokenBucket(TokenBucket),
     SlidingLog(SlidingLog),
+    Distinct(Distinct),
 }
 
 impl State {
@@ -30,12 +32,29 @@ impl State {
             Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::default()),
             Algorithm::TokenBucket { .. } => State::TokenBucket(TokenBucket::default()),
             Algorithm::SlidingLog => State::SlidingLog(SlidingLog::default()),
+            Algorithm::Distinct => State::Distinct(Distinct::default()),
         }
     }
 
     /// Counts `cost` at `now_ms` and answers. A cost of 0 only reads.
     pub fn decide(&mut self, q: &Quota, cost: u64, now_ms: u64) -> Decision {
+        self.decide_member(q, cost, None, now_ms)
+    }
+
+    /// As [`State::decide`], with the member a distinct count counts; without one, a distinct
+    /// count is only read.
+    pub fn decide_member(
+        &mut self,
+        q: &Quota,
+        cost: u64,
+        member: Option<u64>,
+        now_ms: u64,
+    ) -> Decision {
         match (self, q.algorithm) {
+            (State::Distinct(s), Algorithm::Distinct) => match member {
+                Some(m) => s.decide(q, m, cost, now_ms),
+                None => s.decide(q, 0, 0, now_ms),
+            },
             (State::HashCounters(s), Algorithm::HashCounters(edge)) => {
                 s.decide(q, edge, cost, now_ms)
             }
@@ -49,7 +68,7 @@ impl State {
                 // Keys name their algorithm, so a state never meets another algorithm's quota;
                 // should it happen, start over rather than misread.
                 *state = State::new(algorithm);
-                state.decide(q, cost, now_ms)
+                state.decide_member(q, cost, member, now_ms)
             }
         }
     }
@@ -59,7 +78,9 @@ impl State {
     pub fn ttl_ms(&self, q: &Quota) -> u64 {
         let w = q.window_ms;
         match self {
-            State::HashCounters(_) => (w * (SUB_WINDOWS + 1)).div_ceil(SUB_WINDOWS),
+            State::HashCounters(_) | State::Distinct(_) => {
+                (w * (SUB_WINDOWS + 1)).div_ceil(SUB_WINDOWS)
+            }
             State::FixedWindow(_) | State::SlidingLog(_) => w,
             State::SlidingWindow(_) => 2 * w,
             State::TokenBucket(b) => w.max(b.used.div_ceil(q.limit)) + 1,

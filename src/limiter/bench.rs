@@ -162,11 +162,7 @@ async fn measure(
                     Work::Decide(a) => {
                         let Some(key) = next.next() else { break };
                         let quota = bench_quota(a);
-                        let check = Check {
-                            key,
-                            quota: &quota,
-                            cost: 1,
-                        };
+                        let check = Check::new(key, &quota, 1);
                         store.check_batch(&[check], None).await?;
                     }
                 }
@@ -199,11 +195,7 @@ async fn hourly_key_bytes(
     for minute in 0..60u64 {
         // A few requests per minute, as a busy sender sends them.
         for n in 0..5u64 {
-            let check = Check {
-                key: &key,
-                quota: &quota,
-                cost: 1,
-            };
+            let check = Check::new(&key, &quota, 1);
             store
                 .check_batch(&[check], Some(start + minute * 60_000 + n * 1000))
                 .await?;

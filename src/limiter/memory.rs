@@ -36,10 +36,7 @@ impl MemoryStore {
     pub fn check_batch(&self, checks: &[Check<'_>], at_ms: Option<u64>) -> Vec<Decision> {
         let now = at_ms.unwrap_or_else(now_ms);
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        checks
-            .iter()
-            .map(|c| inner.decide(c.key, c.quota, c.cost, now))
-            .collect()
+        checks.iter().map(|c| inner.decide(c, now)).collect()
     }
 
     pub fn clear(&self, keys: &[(&LimitKey, &Quota)]) {
@@ -61,20 +58,21 @@ impl MemoryStore {
 }
 
 impl Inner {
-    fn decide(&mut self, key: &LimitKey, q: &Quota, cost: u64, now: u64) -> Decision {
+    fn decide(&mut self, check: &Check<'_>, now: u64) -> Decision {
+        let (key, q, cost, member) = (check.key, check.quota, check.cost, check.member);
         let live = self.keys.get_mut(key).filter(|e| e.expires_at_ms > now);
         if cost == 0 {
             // A read changes nothing, as in Redis.
             let mut state = live.map_or_else(|| State::new(q.algorithm), |e| e.state.clone());
-            return state.decide(q, cost, now);
+            return state.decide_member(q, cost, member, now);
         }
         if let Some(entry) = live {
-            let decision = entry.state.decide(q, cost, now);
+            let decision = entry.state.decide_member(q, cost, member, now);
             entry.expires_at_ms = now + entry.state.ttl_ms(q);
             return decision;
         }
         let mut state = State::new(q.algorithm);
-        let decision = state.decide(q, cost, now);
+        let decision = state.decide_member(q, cost, member, now);
         let expires_at_ms = now + state.ttl_ms(q);
         self.keys.insert(
             key.clone(),

@@ -7,6 +7,7 @@
 pub mod algorithms;
 pub mod bench;
 mod connection;
+mod distinct;
 mod keys;
 mod memory;
 mod redis_store;
@@ -17,6 +18,7 @@ use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use connection::{RedisConnection, RedisTarget};
+pub use distinct::MAX_DISTINCT_LIMIT;
 pub use keys::{KeyPrefix, LimitKey};
 pub use memory::MemoryStore;
 pub use redis_store::{RedisSettings, RedisStore};
@@ -47,6 +49,9 @@ pub enum Algorithm {
         strict: bool,
     },
     SlidingLog,
+    /// Distinct members (recipients, domains) in a sliding window, exact up to the limit: the
+    /// algorithm of rules that count distinct things, whatever else the rule names.
+    Distinct,
 }
 
 impl Algorithm {
@@ -70,6 +75,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sw",
             Algorithm::TokenBucket { .. } => "tb",
             Algorithm::SlidingLog => "sl",
+            Algorithm::Distinct => "dx",
         }
     }
 }
@@ -85,6 +91,7 @@ impl fmt::Display for Algorithm {
             Algorithm::TokenBucket { strict: false } => "token_bucket",
             Algorithm::TokenBucket { strict: true } => "token_bucket:strict",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Distinct => "distinct",
         })
     }
 }
@@ -127,11 +134,18 @@ impl Quota {
         self
     }
 
-    /// Rejects quotas no algorithm can serve.
+    /// Rejects quotas no algorithm can serve. A limit of 0 (any occurrence is over) suits every
+    /// algorithm but the token bucket, whose refill it would stop.
     pub fn validate(&self) -> Result<(), LimiterError> {
-        if self.limit == 0 || self.limit > MAX_LIMIT {
+        let (min, max) = match self.algorithm {
+            Algorithm::TokenBucket { .. } => (1, MAX_LIMIT),
+            Algorithm::Distinct => (0, MAX_DISTINCT_LIMIT),
+            _ => (0, MAX_LIMIT),
+        };
+        if !(min..=max).contains(&self.limit) {
             return Err(LimiterError::InvalidQuota(format!(
-                "limit must be between 1 and {MAX_LIMIT}"
+                "limit must be between {min} and {max} for {}",
+                self.algorithm
             )));
         }
         if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&self.window_ms) {
@@ -173,6 +187,20 @@ pub struct Check<'a> {
     pub key: &'a LimitKey,
     pub quota: &'a Quota,
     pub cost: u64,
+    /// What a distinct count counts (a hash of the recipient or domain); `None` elsewhere.
+    pub member: Option<u64>,
+}
+
+impl<'a> Check<'a> {
+    /// A decision of a counting algorithm.
+    pub fn new(key: &'a LimitKey, quota: &'a Quota, cost: u64) -> Self {
+        Check {
+            key,
+            quota,
+            cost,
+            member: None,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +234,7 @@ impl Limiter {
         at_ms: Option<u64>,
     ) -> Result<Decision, LimiterError> {
         let mut out = self
-            .check_batch(&[Check { key, quota, cost }], at_ms)
+            .check_batch(&[Check::new(key, quota, cost)], at_ms)
             .await?;
         out.pop()
             .ok_or_else(|| LimiterError::BadReply("empty batch reply".into()))

@@ -59,6 +59,7 @@ struct Scripts {
     sliding_window: Script,
     token_bucket: Script,
     sliding_log: Script,
+    distinct: Script,
 }
 
 impl Scripts {
@@ -72,16 +73,18 @@ impl Scripts {
             sliding_window: Script::new("", include_str!("lua/sliding_window.lua")),
             token_bucket: Script::new("", include_str!("lua/token_bucket.lua")),
             sliding_log: Script::new("", include_str!("lua/sliding_log.lua")),
+            distinct: Script::new("", include_str!("lua/distinct.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 5] {
+    fn all(&self) -> [&Script; 6] {
         [
             &self.hash_counters,
             &self.fixed_window,
             &self.sliding_window,
             &self.token_bucket,
             &self.sliding_log,
+            &self.distinct,
         ]
     }
 
@@ -97,6 +100,8 @@ impl Scripts {
                 (&self.token_bucket, if strict { "strict" } else { "" })
             }
             Algorithm::SlidingLog => (&self.sliding_log, ""),
+            // The option slot carries the member instead (see `command`).
+            Algorithm::Distinct => (&self.distinct, ""),
         }
     }
 }
@@ -160,7 +165,12 @@ impl RedisStore {
             cmd.arg(1).arg(key);
         }
         let q = check.quota;
-        cmd.arg(check.cost).arg(option).arg(packed_rule(q));
+        cmd.arg(check.cost);
+        match check.member {
+            Some(member) => cmd.arg(&member.to_le_bytes()[..]),
+            None => cmd.arg(option),
+        };
+        cmd.arg(packed_rule(q));
         // Without a timestamp the script reads Redis TIME.
         if let Some(at) = at_ms {
             cmd.arg(at);

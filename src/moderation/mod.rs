@@ -11,11 +11,26 @@ use sqlx::{PgPool, Postgres, Transaction};
 use crate::audit::{self, Entry};
 use crate::cache::TtlCache;
 
-/// Sender states as this instance last read them (see [`crate::cache`]): one read of the
+/// A sender's state and the version of its row, as read at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub state: SenderState,
+    /// Bumped by every change of state; 1 for a sender never seen (the row starts there).
+    pub version: i64,
+}
+
+impl Standing {
+    const UNSEEN: Standing = Standing {
+        state: SenderState::Active,
+        version: 1,
+    };
+}
+
+/// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
 /// `senders` table per sender and minute instead of one per invite. A change is announced by
 /// a trigger and forgotten here within milliseconds.
 #[derive(Clone)]
-pub struct SenderStates(TtlCache<String, SenderState>);
+pub struct SenderStates(TtlCache<String, Standing>);
 
 impl Default for SenderStates {
     fn default() -> Self {
@@ -24,15 +39,15 @@ impl Default for SenderStates {
 }
 
 impl SenderStates {
-    /// The sender's state; a sender never seen is active.
-    pub async fn get(&self, pool: &PgPool, sender_id: &str) -> Result<SenderState, sqlx::Error> {
+    /// The sender's standing; a sender never seen is active.
+    pub async fn get(&self, pool: &PgPool, sender_id: &str) -> Result<Standing, sqlx::Error> {
         let ticket = match self.0.get(sender_id) {
-            Ok(state) => return Ok(state),
+            Ok(standing) => return Ok(standing),
             Err(ticket) => ticket,
         };
-        let state = stored_state(pool, sender_id).await?;
-        self.0.store(ticket, sender_id.to_owned(), state);
-        Ok(state)
+        let standing = stored_standing(pool, sender_id).await?;
+        self.0.store(ticket, sender_id.to_owned(), standing);
+        Ok(standing)
     }
 
     pub fn forget(&self, sender_id: &str) {
@@ -44,15 +59,21 @@ impl SenderStates {
     }
 }
 
-/// The sender's state as stored now; a sender never seen is active.
-pub async fn stored_state(pool: &PgPool, sender_id: &str) -> Result<SenderState, sqlx::Error> {
-    let state: Option<String> = sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
-        .bind(sender_id)
-        .fetch_optional(pool)
-        .await?;
-    Ok(state
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SenderState::Active))
+/// The sender's standing as stored now; a sender never seen is active.
+pub async fn stored_standing(pool: &PgPool, sender_id: &str) -> Result<Standing, sqlx::Error> {
+    let row: Option<(String, i64)> =
+        sqlx::query_as("SELECT state, version FROM senders WHERE id = $1")
+            .bind(sender_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row
+        .and_then(|(state, version)| {
+            Some(Standing {
+                state: state.parse().ok()?,
+                version,
+            })
+        })
+        .unwrap_or(Standing::UNSEEN))
 }
 
 /// A sender's standing (DESIGN.md §2).
@@ -114,7 +135,7 @@ pub async fn shadow_ban(
 ) -> Result<bool, sqlx::Error> {
     let changed = sqlx::query(
         "UPDATE senders SET state = 'shadow_banned', version = version + 1,
-                state_changed_at = now()
+                state_changed_at = now(), state_changed_by = 'system'
          WHERE id = $1 AND state = 'active'",
     )
     .bind(flag.sender_id)
@@ -138,10 +159,8 @@ pub async fn shadow_ban(
     .execute(&mut **tx)
     .await?;
     audit::write(
-        tx,
+        &mut **tx,
         Entry {
-            actor: audit::SYSTEM,
-            action: "shadow_ban",
             sender_id: Some(flag.sender_id),
             rule_id: Some(flag.rule_id),
             detail: serde_json::json!({
@@ -150,7 +169,7 @@ pub async fn shadow_ban(
                 "limit": flag.limit,
                 "window_secs": flag.window_secs,
             }),
-            note: None,
+            ..Entry::new(audit::SYSTEM, "shadow_ban")
         },
     )
     .await?;

@@ -78,6 +78,8 @@ pub struct Review<'a> {
     /// The sender's version when the admin loaded the page.
     pub seen_version: i64,
     pub actor: &'a str,
+    /// The admin deciding, when a person decides.
+    pub admin_id: Option<i64>,
     pub note: Option<&'a str>,
 }
 
@@ -128,12 +130,14 @@ pub async fn apply(
     let new_state = review.action.new_state();
     let version: i64 = sqlx::query_scalar(
         "UPDATE senders SET state = $2, version = version + 1, state_changed_at = now(),
+             state_changed_by = $4,
              held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END
          WHERE id = $1 RETURNING version",
     )
     .bind(review.sender_id)
     .bind(new_state.as_str())
     .bind(review.action.held_become().is_some())
+    .bind(review.actor)
     .fetch_one(&mut *tx)
     .await?;
     let invites_changed = match review.action.held_become() {
@@ -151,14 +155,13 @@ pub async fn apply(
         None => 0,
     };
     audit::write(
-        &mut tx,
+        &mut *tx,
         Entry {
-            actor: review.actor,
-            action: review.action.as_str(),
+            admin_id: review.admin_id,
             sender_id: Some(review.sender_id),
-            rule_id: None,
             detail: json!({"from": state, "to": new_state.as_str(), "invites": invites_changed}),
             note: review.note,
+            ..Entry::new(review.actor, review.action.as_str())
         },
     )
     .await?;

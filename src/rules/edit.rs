@@ -119,14 +119,12 @@ async fn audit_rule(
     note: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     let entry = Entry {
-        actor,
-        action,
-        sender_id: None,
         rule_id: Some(id),
         detail: detail(rule),
         note,
+        ..Entry::new(actor, action)
     };
-    audit::write(tx, entry).await
+    audit::write(&mut **tx, entry).await
 }
 
 fn detail(rule: &ValidRule) -> serde_json::Value {
@@ -262,11 +260,7 @@ pub async fn backtest(pool: &PgPool, rule: &ValidRule) -> Result<Backtest, sqlx:
             continue;
         };
         let key = keys.key(&subject, &rule.name, &rule.quota);
-        let check = Check {
-            key: &key,
-            quota: &rule.quota,
-            cost: 1,
-        };
+        let check = Check::new(&key, &rule.quota, 1);
         let at_ms = row.created_at.timestamp_millis().max(0) as u64;
         let decision = store.check_batch(&[check], Some(at_ms));
         if decision.iter().any(|d| !d.allowed) {

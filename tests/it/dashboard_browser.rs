@@ -2,6 +2,7 @@
 //! instance, Postgres, Redis and an SMTP server on 127.0.0.1. It also takes the screenshots in
 //! docs/screenshots/.
 
+use sendguard::admin::accounts::Role;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ fn shot(name: &str) -> PathBuf {
 async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     let stage = Stage::start("browser", &[]).await;
     let pool = &stage.pool;
-    sendguard::admin::accounts::add(pool, "alice", PASSWORD)
+    sendguard::admin::accounts::add(pool, "alice", PASSWORD, Role::Admin, "test")
         .await
         .expect("admin");
     let base = stage.base();

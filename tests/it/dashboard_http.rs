@@ -5,6 +5,7 @@ use crate::support::api::Api;
 use crate::support::app::{self as app, api_key, config};
 use crate::support::dashboard::{self, hidden};
 use reqwest::StatusCode;
+use sendguard::admin::accounts::Role;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -29,7 +30,7 @@ impl Stage {
             &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
         )
         .await;
-        sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD)
+        sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
             .await
             .expect("admin");
         Stage {
@@ -172,6 +173,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .post(&review_url)
         .form(&[
             ("csrf", "0".repeat(64).as_str()),
+            ("sender", "eager"),
             ("version", version.as_str()),
             ("action", "lift_and_release"),
         ])
@@ -189,6 +191,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .post(&review_url)
         .form(&[
             ("csrf", csrf.as_str()),
+            ("sender", "eager"),
             ("version", version.as_str()),
             ("action", "lift_and_release"),
             ("note", "known customer"),
@@ -208,6 +211,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .post(&review_url)
         .form(&[
             ("csrf", csrf.as_str()),
+            ("sender", "eager"),
             ("version", version.as_str()),
             ("action", "confirm_ban"),
         ])

@@ -185,7 +185,6 @@ fn the_openapi_description_is_served_and_lists_every_route() {
         "/api/v1/invites",
         "/healthz",
         "/readyz",
-        "/metrics",
         "/api/openapi.json",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");

@@ -1,5 +1,6 @@
 //! Several instances on one database and one Redis: the `sendguard serve` binary as processes.
 
+use sendguard::admin::accounts::Role;
 use std::time::{Duration, Instant};
 
 use crate::support::api::Api;
@@ -55,7 +56,7 @@ async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() 
         ],
     )
     .await;
-    sendguard::admin::accounts::add(&pool, "alice", "correct horse battery")
+    sendguard::admin::accounts::add(&pool, "alice", "correct horse battery", Role::Admin, "test")
         .await
         .expect("admin");
     let sink = SmtpSink::start().await;
@@ -297,7 +298,7 @@ async fn a_ban_or_a_revoked_key_is_in_force_on_every_instance_at_once() {
         .await
         .expect("key name");
     assert!(
-        sendguard::api_keys::revoke(&stage.pool, &name)
+        sendguard::api_keys::revoke(&stage.pool, &name, "test")
             .await
             .expect("revoke")
     );

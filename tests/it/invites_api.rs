@@ -374,12 +374,12 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
         .expect("request");
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     // A revoked key stops working at once.
-    let doomed = sendguard::api_keys::create(pool, "doomed")
+    let doomed = sendguard::api_keys::create(pool, "doomed", "test")
         .await
         .expect("key");
     let with_key = |key: String| api.http.post(&url).bearer_auth(key).json(&ok).send();
     assert!(
-        sendguard::api_keys::revoke(pool, "doomed")
+        sendguard::api_keys::revoke(pool, "doomed", "test")
             .await
             .expect("revoke")
     );
@@ -530,5 +530,35 @@ async fn a_global_rule_is_counted_in_process_and_flushed_to_redis() {
         shared().await,
         5,
         "shutdown flushed the five admitted invites"
+    );
+}
+
+/// Forty invites of one new sender at once, limit 5: the counters admit exactly five, and no
+/// admitted invite is held because a later invite of the same burst banned the sender first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_sends_exactly_the_limit() {
+    let stage = Stage::start(
+        "burst",
+        &["UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'"],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let burst: Vec<_> = (0..40)
+        .map(|n| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                api.send(json!({"sender_id": "burst", "recipient": format!("b{n}@example.com")}))
+                    .await
+                    .0
+            })
+        })
+        .collect();
+    for answer in burst {
+        assert_eq!(answer.await.expect("task"), StatusCode::OK);
+    }
+    assert_eq!(stage.settle().await, 5, "exactly the limit is delivered");
+    assert_eq!(
+        status_counts(&stage.pool, "burst").await,
+        [("held".to_owned(), 35), ("sent".to_owned(), 5)]
     );
 }

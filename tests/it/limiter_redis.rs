@@ -134,16 +134,8 @@ async fn a_flushed_script_cache_is_reloaded() {
     limiter.check(&key, &quota, 1, at).await.expect("first");
     let () = crate::support::query(&store, redis::cmd("SCRIPT").arg("FLUSH")).await;
     let checks = [
-        sendguard::limiter::Check {
-            key: &key,
-            quota: &quota,
-            cost: 1,
-        },
-        sendguard::limiter::Check {
-            key: &key2,
-            quota: &other,
-            cost: 2,
-        },
+        sendguard::limiter::Check::new(&key, &quota, 1),
+        sendguard::limiter::Check::new(&key2, &other, 2),
     ];
     let out = limiter.check_batch(&checks, at).await.expect("after flush");
     assert_eq!(out[0].count, 2, "counted once after the flush");

@@ -1,7 +1,10 @@
 //! The integration tests, as one binary: one module per area, sharing `support`.
 
+mod admin_security;
 mod dashboard_browser;
 mod dashboard_http;
+mod deceptive_inputs;
+mod edge_attacks;
 mod explain;
 mod fuzz_routes;
 mod instances;
@@ -15,6 +18,7 @@ mod postgres_failure;
 mod redis_cluster;
 mod redis_failure;
 mod retention;
+mod shadow_leaks;
 mod shutdown;
 mod slow_clients;
 mod support;

@@ -1,4 +1,5 @@
-//! `/metrics` after a scripted scenario: the counters moved as the scenario says.
+//! `/metrics`, on its own listener, after a scripted scenario: the counters moved as the
+//! scenario says.
 
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ async fn metrics_follow_a_scripted_scenario() {
     .await;
 
     let text = http
-        .get(format!("{base}/metrics"))
+        .get(format!("http://{}/metrics", app.metrics_addr))
         .send()
         .await
         .expect("metrics")

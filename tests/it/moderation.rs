@@ -84,6 +84,7 @@ impl Stage {
             action,
             seen_version,
             actor: "alice",
+            admin_id: None,
             note: Some("checked the account"),
         };
         apply(

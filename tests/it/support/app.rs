@@ -53,12 +53,7 @@ async fn template() -> &'static str {
                     .await
                     .expect("migrate the template");
                 pool.close().await;
-                sqlx::query(&format!(
-                    "ALTER DATABASE \"{building}\" RENAME TO \"{name}\""
-                ))
-                .execute(&mut admin)
-                .await
-                .expect("name the template");
+                rename_when_free(&mut admin, &building, &name).await;
             }
             sqlx::query("SELECT pg_advisory_unlock(7243001)")
                 .execute(&mut admin)
@@ -67,6 +62,27 @@ async fn template() -> &'static str {
             name
         })
         .await
+}
+
+/// Renames a database once the sessions that used it are gone: a closed pool's backends take a
+/// moment to exit, and a rename needs the database to itself.
+async fn rename_when_free(admin: &mut PgConnection, from: &str, to: &str) {
+    let rename = format!("ALTER DATABASE \"{from}\" RENAME TO \"{to}\"");
+    for _ in 0..100 {
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+            .bind(from)
+            .execute(&mut *admin)
+            .await
+            .expect("end the template's sessions");
+        match sqlx::query(&rename).execute(&mut *admin).await {
+            Ok(_) => return,
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("55006") => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("name the template: {e}"),
+        }
+    }
+    panic!("the template {from} stayed in use");
 }
 
 async fn drop_database(admin: &mut PgConnection, name: &str) {
@@ -138,6 +154,9 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         global_flush_ms: 200,
         retention_days: 90,
         listen: "127.0.0.1:0".parse().expect("address"),
+        metrics_listen: "127.0.0.1:0".parse().expect("address"),
+        trusted_proxies: Vec::new(),
+        max_connections_per_client: 256,
         read_timeout_ms: 10_000,
         smtp_url,
         mail_dir: std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id())),
@@ -153,7 +172,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
 
 /// Creates an API key in the test database.
 pub async fn api_key(pool: &PgPool) -> String {
-    sendguard::api_keys::create(pool, &format!("test-{}", uuid::Uuid::new_v4()))
+    sendguard::api_keys::create(pool, &format!("test-{}", uuid::Uuid::new_v4()), "test")
         .await
         .expect("api key")
 }

@@ -11,13 +11,8 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
-/// Opens the login page at `base` (which sets the form's token cookie) and submits it.
-pub async fn log_in(
-    client: &reqwest::Client,
-    base: &str,
-    username: &str,
-    password: &str,
-) -> reqwest::Response {
+/// Opens the login page at `base`, which sets the form's token cookie, and answers the token.
+pub async fn login_form(client: &reqwest::Client, base: &str) -> String {
     let page = client
         .get(format!("{base}/admin/login"))
         .send()
@@ -26,7 +21,17 @@ pub async fn log_in(
         .text()
         .await
         .expect("login page body");
-    let csrf = hidden(&page, "csrf");
+    hidden(&page, "csrf")
+}
+
+/// Opens the login page at `base` and submits it.
+pub async fn log_in(
+    client: &reqwest::Client,
+    base: &str,
+    username: &str,
+    password: &str,
+) -> reqwest::Response {
+    let csrf = login_form(client, base).await;
     client
         .post(format!("{base}/admin/login"))
         .form(&[

@@ -75,6 +75,7 @@ impl Reference {
             Algorithm::SlidingWindow => e / w + 1 >= t / w,
             Algorithm::SlidingLog => e + w > t,
             Algorithm::TokenBucket { .. } => unreachable!("token buckets keep no events"),
+            Algorithm::Distinct => unreachable!("distinct counts are not volume"),
         }
     }
 
@@ -107,6 +108,7 @@ impl Reference {
             }
             Algorithm::SlidingLog => sum(&|e| e + w > t),
             Algorithm::TokenBucket { .. } => unreachable!("token buckets keep no events"),
+            Algorithm::Distinct => unreachable!("distinct counts are not volume"),
         }
     }
 
@@ -125,6 +127,7 @@ impl Reference {
                 let idx = t / w;
                 (idx..=idx + 2).map(|k| k * w).collect()
             }
+            Algorithm::Distinct => unreachable!("distinct counts are not volume"),
             Algorithm::SlidingLog => {
                 let mut v: Vec<u64> = self.events.iter().map(|&(e, _)| e + w).collect();
                 v.sort_unstable();

@@ -20,6 +20,7 @@ impl ServeProcess {
             .env("REDIS_URL", super::redis_url())
             .env("SENDGUARD_KEY_PREFIX", prefix)
             .env("SENDGUARD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("SENDGUARD_METRICS_LISTEN", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());

@@ -1,0 +1,51 @@
+//! Deadlines and bounds for request bodies, on every route: a body must arrive whole within
+//! the read timeout and stay under its route group's size, or the request is answered (408,
+//! 413) and its connection freed. Handlers then read a body already in memory.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::ApiError;
+
+/// A route group's body bound.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimit {
+    pub max_bytes: usize,
+    pub deadline: Duration,
+}
+
+pub async fn read_body(State(limit): State<BodyLimit>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let api = parts.uri.path().starts_with("/api/");
+    let refuse = |status: StatusCode, api_error: ApiError| {
+        if api {
+            api_error.into_response()
+        } else {
+            let text = match status {
+                StatusCode::REQUEST_TIMEOUT => "the request body did not arrive in time",
+                _ => "the request body is too large",
+            };
+            (status, [(header::CONNECTION, "close")], text).into_response()
+        }
+    };
+    let bytes =
+        match tokio::time::timeout(limit.deadline, axum::body::to_bytes(body, limit.max_bytes))
+            .await
+        {
+            Err(_) => return refuse(StatusCode::REQUEST_TIMEOUT, ApiError::Timeout),
+            Ok(Err(_)) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ApiError::TooLarge(limit.max_bytes),
+                );
+            }
+            Ok(Ok(bytes)) => bytes,
+        };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
