@@ -110,6 +110,16 @@ pub struct Config {
     )]
     pub public_url: String,
 
+    /// Days a sender counts as new for `new_senders_only` rules (age from the invite's
+    /// `sender_created_at`, else from when sendguard first saw the sender).
+    #[arg(long, env = "SENDGUARD_NEW_SENDER_DAYS", default_value_t = 7)]
+    pub new_sender_days: i64,
+
+    /// Confirm the ban of a repeat offender (banned again within 30 days of a lift) without
+    /// waiting for review.
+    #[arg(long, env = "SENDGUARD_REPEAT_AUTO_CONFIRM", default_value_t = false)]
+    pub repeat_auto_confirm: bool,
+
     /// Held invites stored per sender; beyond this they are counted, not stored.
     #[arg(long, env = "SENDGUARD_HELD_CAP", default_value_t = 1000)]
     pub held_cap: i64,

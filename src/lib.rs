@@ -18,9 +18,11 @@ pub mod metrics;
 pub mod moderation;
 mod names;
 pub mod ops;
+pub mod outcomes;
 pub mod reports;
 pub mod retention;
 pub mod rules;
+pub mod signals;
 pub mod startup;
 
 use std::sync::Arc;
@@ -47,6 +49,7 @@ const KEY_LOOKUPS: usize = 4;
 #[derive(Clone, FromRef)]
 struct AppState {
     invites: invites::http::InviteApi,
+    events: outcomes::http::Events,
     api_keys: http::ApiKeys,
     dashboard: admin::Dashboard,
     trusted: http::TrustedProxies,
@@ -65,6 +68,10 @@ fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> 
         .route(
             "/api/v1/invites",
             post(invites::http::create).fallback(http::method_not_allowed),
+        )
+        .route(
+            "/api/v1/events",
+            post(outcomes::http::record).fallback(http::method_not_allowed),
         )
         .layer(from_fn_with_state(
             body(invites::http::MAX_BODY),
@@ -119,6 +126,9 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
     let state = AppState {
         invites: invites::http::InviteApi {
             service: services.invites.clone(),
+        },
+        events: outcomes::http::Events {
+            outcomes: services.outcomes.clone(),
         },
         api_keys: http::ApiKeys {
             pool: services.pool.clone(),

@@ -57,7 +57,9 @@ impl Ops {
             "SELECT (SELECT count(*) FROM invites WHERE status = 'queued'),
                     COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM invites
                         WHERE status = 'queued'))::float8, 0),
-                    (SELECT count(*) FROM senders WHERE state = 'shadow_banned')",
+                    ((SELECT count(*) FROM senders WHERE state = 'shadow_banned')
+                     + (SELECT count(*) FROM senders
+                        WHERE state = 'active' AND held_stored > 0))",
         )
         .fetch_one(&self.pool)
         .await

@@ -23,6 +23,7 @@ use crate::limiter::{self, KeyPrefix, Limiter, MemoryStore, RedisSettings, Redis
 use crate::mail::{self, Outbox, OutboxSettings, Transport};
 use crate::metrics::Metrics;
 use crate::moderation::SenderStates;
+use crate::outcomes::Outcomes;
 use crate::retention::Retention;
 use crate::rules::{RuleCache, RuleError};
 
@@ -54,6 +55,7 @@ pub struct Services {
     pub invites: InviteService,
     pub dashboard: Dashboard,
     pub trusted: TrustedProxies,
+    pub outcomes: Outcomes,
     rules: RuleCache,
     senders: SenderStates,
     outbox: Outbox,
@@ -69,10 +71,19 @@ impl Services {
         let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
         let metrics = Metrics::default();
         let senders = SenderStates::default();
+        let outcomes = Outcomes {
+            pool: pool.clone(),
+            limiter: limiter.clone(),
+            keys: keys.clone(),
+            rules: rules.clone(),
+            senders: senders.clone(),
+            confirm_repeat: cfg.repeat_auto_confirm,
+        };
         let outbox = Outbox::new(
             pool.clone(),
             transport,
             metrics.clone(),
+            outcomes.clone(),
             OutboxSettings {
                 from: mail::parse_from(&cfg.mail_from)?,
                 public_url: cfg.public_url.clone(),
@@ -94,6 +105,8 @@ impl Services {
             keys: keys.clone(),
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
+            new_sender_days: cfg.new_sender_days,
+            confirm_repeat: cfg.repeat_auto_confirm,
             redis: Incident::new("redis"),
             postgres: Incident::new("postgres"),
         };
@@ -105,6 +118,7 @@ impl Services {
             secure_cookies: cfg.public_url.starts_with("https://"),
             setup: admin::setup::SetupLink::default(),
             passwords: Passwords::new(PASSWORD_CHECKS),
+            new_sender_days: cfg.new_sender_days,
         };
         Ok(Services {
             pool,
@@ -114,6 +128,7 @@ impl Services {
             invites,
             dashboard,
             trusted: TrustedProxies::new(cfg.trusted_proxies.clone()),
+            outcomes,
             rules,
             senders,
             outbox,

@@ -21,13 +21,24 @@ pub fn page_number(asked: Option<i64>) -> i64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
     /// Bulk confirmation: how many were confirmed, how many had changed meanwhile.
-    Confirmed { confirmed: u32, changed: u32 },
+    Confirmed {
+        confirmed: u32,
+        changed: u32,
+    },
     /// A review decision and how many held invites it changed.
-    Reviewed { action: ReviewAction, invites: u32 },
+    Reviewed {
+        action: ReviewAction,
+        invites: u32,
+    },
     /// A review applied whose counters could not be cleared.
     CountersKept,
     /// A rule saved.
     RuleSaved,
+    /// One held invite released or discarded (or, `changed` false, no longer held).
+    InviteDecided {
+        changed: bool,
+    },
+    NoteAdded,
 }
 
 /// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
@@ -50,6 +61,8 @@ impl Notice {
             },
             "counters_kept" => Notice::CountersKept,
             "rule_saved" => Notice::RuleSaved,
+            "invite_decided" => Notice::InviteDecided { changed: n > 0 },
+            "note_added" => Notice::NoteAdded,
             action => Notice::Reviewed {
                 action: action.parse().ok()?,
                 invites: n,
@@ -67,6 +80,10 @@ impl Notice {
             Notice::Reviewed { action, invites } => format!("done={}&n={invites}", action.as_str()),
             Notice::CountersKept => "done=counters_kept".into(),
             Notice::RuleSaved => "done=rule_saved".into(),
+            Notice::InviteDecided { changed } => {
+                format!("done=invite_decided&n={}", u8::from(changed))
+            }
+            Notice::NoteAdded => "done=note_added".into(),
         }
     }
 
@@ -87,6 +104,11 @@ impl Notice {
             ),
             Notice::CountersKept => "Done, but the sender's counters could not be cleared.".into(),
             Notice::RuleSaved => "Saved; every instance applies the rule within a second.".into(),
+            Notice::InviteDecided { changed: true } => "Done: the invite was decided.".into(),
+            Notice::InviteDecided { changed: false } => {
+                "That invite was no longer held; nothing changed.".into()
+            }
+            Notice::NoteAdded => "Note added.".into(),
         }
     }
 }
@@ -94,6 +116,60 @@ impl Notice {
 pub fn time(t: Option<Time>) -> String {
     t.map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| "—".into())
+}
+
+/// A piece of a sender's text, marked when it is a link.
+pub struct Segment {
+    pub text: String,
+    pub link: bool,
+}
+
+/// `text` cut into pieces at the links found in it, so the page can mark them (the pieces are
+/// escaped like any text).
+pub fn marked(text: &str) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    let mut at = 0;
+    for link in crate::signals::links::find(text) {
+        if link.start > at {
+            segments.push(Segment {
+                text: text[at..link.start].to_owned(),
+                link: false,
+            });
+        }
+        segments.push(Segment {
+            text: text[link.start..link.end].to_owned(),
+            link: true,
+        });
+        at = link.end;
+    }
+    if at < text.len() {
+        segments.push(Segment {
+            text: text[at..].to_owned(),
+            link: false,
+        });
+    }
+    segments
+}
+
+/// How long a sender has existed, in its largest whole unit.
+pub fn age(since: Time) -> String {
+    let days = (chrono::Utc::now() - since).num_days();
+    match days {
+        0 => "under a day".into(),
+        1 => "1 day".into(),
+        d => format!("{d} days"),
+    }
+}
+
+/// Accepted invites against delivered ones, as a share.
+pub fn acceptance(accepted: i64, sent: i64) -> String {
+    if sent == 0 {
+        return format!("{accepted} accepted");
+    }
+    format!(
+        "{accepted} of {sent} ({}%)",
+        (accepted * 100 / sent).min(100)
+    )
 }
 
 pub fn window(secs: i64) -> String {
@@ -187,6 +263,17 @@ mod tests {
         assert_eq!(Notice::from_query(&q("Call 555-0100 now")), None);
         assert_eq!(page_number(Some(i64::MAX)), LAST_PAGE);
         assert_eq!(page_number(Some(-5)), 1);
+    }
+
+    #[test]
+    fn links_are_cut_out_for_marking() {
+        let parts = marked("Claim at scam[.]com now");
+        let texts: Vec<(&str, bool)> = parts.iter().map(|s| (s.text.as_str(), s.link)).collect();
+        assert_eq!(
+            texts,
+            [("Claim at ", false), ("scam[.]com", true), (" now", false)]
+        );
+        assert_eq!(marked("no links here").len(), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod audit;
 mod auth;
 mod error;
 mod format;
+mod held;
 mod overview;
 mod queue;
 mod rules;
@@ -38,6 +39,8 @@ pub struct Dashboard {
     pub setup: setup::SetupLink,
     /// Password hashing, off the async workers and a few at a time.
     pub passwords: accounts::Passwords,
+    /// Days a sender counts as new (for backtests of `new_senders_only` rules and the queue).
+    pub new_sender_days: i64,
 }
 
 pub fn router<S>() -> Router<S>
@@ -63,6 +66,11 @@ where
         .route("/admin/senders", get(senders::find_sender))
         .route("/admin/senders/{id}", get(senders::sender_page))
         .route("/admin/senders/{id}/review", post(senders::review_sender))
+        .route(
+            "/admin/senders/{id}/invites/{invite}",
+            post(held::decide_invite),
+        )
+        .route("/admin/senders/{id}/notes", post(held::add_note))
         .route("/admin/static/admin.css", get(stylesheet))
 }
 

@@ -9,34 +9,50 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
-use super::format::{Notice, PAGE, PageQuery, page_number, time};
+use super::format::{Notice, PAGE, PageQuery, acceptance, age, page_number};
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
 
 pub(super) struct QueueRow {
     id: String,
     version: i64,
+    state: String,
+    repeat_offender: bool,
+    linked_to: Option<String>,
+    age: String,
     rule: String,
+    signal: String,
     observed: i64,
     limit: i64,
-    first_attempt: String,
-    last_attempt: String,
     held: i64,
-    domains: String,
+    recipients: i64,
+    domains: i64,
+    bounces: i64,
+    complaints: i64,
+    acceptance: String,
+    latest_held: String,
 }
 
 impl From<Awaiting> for QueueRow {
     fn from(a: Awaiting) -> Self {
         QueueRow {
+            age: age(a.since),
+            acceptance: acceptance(a.accepted, a.sent),
             id: a.id,
             version: a.version,
+            state: a.state,
+            repeat_offender: a.repeat_offender,
+            linked_to: a.linked_to,
             rule: a.rule_name.unwrap_or_else(|| "manual".into()),
+            signal: a.signal.unwrap_or_default(),
             observed: a.observed.unwrap_or(0),
             limit: a.limit_count.unwrap_or(0),
-            first_attempt: time(a.first_attempt),
-            last_attempt: time(a.last_attempt),
             held: a.held,
-            domains: a.domains.unwrap_or_default(),
+            recipients: a.recipients,
+            domains: a.domains,
+            bounces: a.bounces,
+            complaints: a.complaints,
+            latest_held: a.latest_held.unwrap_or_default(),
         }
     }
 }

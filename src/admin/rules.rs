@@ -12,14 +12,17 @@ use super::Dashboard;
 use super::auth::{Admin, AdminOnly, Viewer};
 use super::error::AdminError;
 use super::format::{Notice, PageQuery, window};
-use crate::limiter::{Algorithm, EdgeMode};
-use crate::rules::edit::{self, Backtest, FieldErrors, RuleInput, SaveError};
-use crate::rules::{Action, Scope};
+use crate::limiter::Algorithm;
+use crate::rules::backtest::{self, Backtest, Score};
+use crate::rules::edit::{self, FieldErrors, RuleInput, SaveError};
+use crate::rules::{Action, Scope, Signal};
 
 pub(super) struct RuleRow {
     id: i64,
     name: String,
     scope: String,
+    signal: String,
+    new_senders_only: bool,
     limit: u64,
     window: String,
     algorithm: String,
@@ -49,21 +52,17 @@ pub(super) async fn list(
         rules: rules
             .into_iter()
             .map(|r| {
-                let (algorithm, edge) = match r.quota.algorithm {
-                    Algorithm::HashCounters(EdgeMode::Harsh) => ("hash_counters", "harsh"),
-                    Algorithm::HashCounters(EdgeMode::Lenient) => ("hash_counters", "lenient"),
-                    Algorithm::HashCounters(EdgeMode::Weighted) => ("hash_counters", "weighted"),
-                    Algorithm::TokenBucket { strict: true } => ("token_bucket", "strict"),
-                    other => (algorithm_family(other), ""),
-                };
+                let (algorithm, edge) = edit::algorithm_parts(r.quota.algorithm);
                 RuleRow {
                     id: r.id,
                     name: r.name,
                     scope: r.scope.as_str().to_owned(),
+                    signal: r.signal.as_str().to_owned(),
+                    new_senders_only: r.new_senders_only,
                     limit: r.quota.limit,
                     window: window((r.quota.window_ms / 1000) as i64),
                     algorithm: algorithm.to_owned(),
-                    edge: edge.to_owned(),
+                    edge: edge.unwrap_or_default().to_owned(),
                     action: r.action.as_str().to_owned(),
                     enabled: r.enabled,
                 }
@@ -73,21 +72,12 @@ pub(super) async fn list(
     })
 }
 
-fn algorithm_family(a: Algorithm) -> &'static str {
-    match a {
-        Algorithm::HashCounters(_) => "hash_counters",
-        Algorithm::FixedWindow => "fixed_window",
-        Algorithm::SlidingWindow => "sliding_window",
-        Algorithm::TokenBucket { .. } => "token_bucket",
-        Algorithm::SlidingLog => "sliding_log",
-        Algorithm::Distinct => "distinct",
-    }
-}
-
 /// The form's fields as they were typed.
 pub(super) struct FormView {
     name: String,
     scope: String,
+    signal: String,
+    new_senders_only: bool,
     limit: String,
     window: String,
     algorithm: String,
@@ -108,6 +98,7 @@ pub(super) struct RuleFormPage {
     errors: FieldErrors,
     error: Option<String>,
     scopes: Vec<&'static str>,
+    signals: Vec<&'static str>,
     algorithms: Vec<String>,
     actions: Vec<&'static str>,
     backtest: Option<BacktestView>,
@@ -119,10 +110,54 @@ pub(super) struct BacktestView {
     over: usize,
     subjects: &'static str,
     truncated: bool,
+    score: Option<ScoreView>,
+}
+
+pub(super) struct ScoreView {
+    confirmed: usize,
+    lifted: usize,
+    suggested: Option<u64>,
+    rows: Vec<ScoreRowView>,
+}
+
+pub(super) struct ScoreRowView {
+    limit: u64,
+    confirmed_caught: usize,
+    median: String,
+    lifted_caught: usize,
+    /// A bar per row, as wide as the share of confirmed senders caught (0-100).
+    caught_pct: usize,
+    suggested: bool,
+}
+
+fn score_view(s: Score) -> ScoreView {
+    let rows = s
+        .rows
+        .iter()
+        .map(|r| ScoreRowView {
+            limit: r.limit,
+            confirmed_caught: r.confirmed_caught,
+            median: r
+                .median_invites_to_catch
+                .map_or_else(|| "—".into(), |n| n.to_string()),
+            lifted_caught: r.lifted_caught,
+            caught_pct: (r.confirmed_caught * 100)
+                .checked_div(s.confirmed)
+                .unwrap_or(0),
+            suggested: Some(r.limit) == s.suggested,
+        })
+        .collect();
+    ScoreView {
+        confirmed: s.confirmed,
+        lifted: s.lifted,
+        suggested: s.suggested,
+        rows,
+    }
 }
 
 fn backtest_view(b: Backtest, scope: Scope) -> BacktestView {
     BacktestView {
+        score: b.score.map(score_view),
         invites: b.invites,
         tripped: b.tripped,
         over: b.over,
@@ -157,6 +192,7 @@ fn page(
         errors,
         error,
         scopes: Scope::ALL.iter().map(|s| s.as_str()).collect(),
+        signals: Signal::ALL.iter().map(|s| s.as_str()).collect(),
         algorithms: Algorithm::ALL.iter().map(ToString::to_string).collect(),
         actions: Action::ALL.iter().map(|a| a.as_str()).collect(),
         backtest,
@@ -167,6 +203,8 @@ pub(super) async fn new_form(AdminOnly(admin): AdminOnly) -> RuleFormPage {
     let form = FormView {
         name: String::new(),
         scope: "sender".into(),
+        signal: "invites".into(),
+        new_senders_only: false,
         limit: String::new(),
         window: "3600".into(),
         algorithm: "hash_counters".into(),
@@ -189,9 +227,11 @@ pub(super) async fn edit_form(
     let form = FormView {
         name: rule.name,
         scope: rule.scope.as_str().into(),
+        signal: rule.signal.as_str().into(),
+        new_senders_only: rule.new_senders_only,
         limit: rule.quota.limit.to_string(),
         window: (rule.quota.window_ms / 1000).to_string(),
-        algorithm: rule.quota.algorithm.to_string(),
+        algorithm: rule.algorithm.to_string(),
         rule_action: rule.action.as_str().into(),
         enabled: rule.enabled,
         version: rule.version,
@@ -216,6 +256,9 @@ pub(super) struct RuleForm {
     name: String,
     #[serde(default)]
     scope: String,
+    #[serde(default)]
+    signal: String,
+    new_senders_only: Option<String>,
     #[serde(default)]
     limit: String,
     #[serde(default)]
@@ -268,6 +311,8 @@ async fn submit(
     let input = RuleInput {
         name: name.clone(),
         scope: form.scope.clone(),
+        signal: form.signal.clone(),
+        new_senders_only: form.new_senders_only.is_some(),
         limit: form.limit.clone(),
         window: form.window.clone(),
         algorithm: form.algorithm.clone(),
@@ -277,6 +322,8 @@ async fn submit(
     let view = FormView {
         name,
         scope: form.scope,
+        signal: form.signal,
+        new_senders_only: input.new_senders_only,
         limit: form.limit,
         window: form.window,
         algorithm: form.algorithm,
@@ -293,7 +340,7 @@ async fn submit(
         }
     };
     if form.intent == "backtest" {
-        let result = edit::backtest(&dashboard.pool, &rule).await?;
+        let result = backtest::backtest(&dashboard.pool, &rule, dashboard.new_sender_days).await?;
         let b = backtest_view(result, rule.scope);
         return Ok(page(&admin, id, view, FieldErrors::default(), None, Some(b)).into_response());
     }

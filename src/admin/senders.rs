@@ -11,11 +11,14 @@ use serde::Deserialize;
 use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
-use super::format::{Notice, PAGE, PageQuery, page_number, path_segment, time, why, window};
+use super::format::{
+    Notice, PAGE, PageQuery, Segment, acceptance, age, marked, page_number, path_segment, time,
+    why, window,
+};
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
-use crate::moderation::senders::{self, Sender};
+use crate::moderation::senders::{self, Sender, SentInvite};
 use crate::rules::Scope;
 
 #[derive(Deserialize)]
@@ -33,13 +36,20 @@ pub(super) struct SenderView {
     version: i64,
     first_seen: String,
     last_seen: String,
+    age: String,
     held_stored: i64,
     held_overflow: i64,
+    acceptance: String,
+    linked_to: Option<String>,
+    repeat_offender: bool,
+    first_address: String,
 }
 
 impl From<Sender> for SenderView {
     fn from(s: Sender) -> Self {
         SenderView {
+            age: age(s.created_in_app_at.unwrap_or(s.first_seen_at)),
+            acceptance: acceptance(s.accepted, s.sent),
             id: s.id,
             state: s.state,
             version: s.version,
@@ -47,12 +57,16 @@ impl From<Sender> for SenderView {
             last_seen: time(Some(s.last_seen_at)),
             held_stored: s.held_stored,
             held_overflow: s.held_overflow,
+            linked_to: s.linked_to,
+            repeat_offender: s.repeat_offender,
+            first_address: s.first_address.unwrap_or_default(),
         }
     }
 }
 
 pub(super) struct CounterView {
     rule: String,
+    signal: &'static str,
     count: u64,
     limit: u64,
     window: String,
@@ -62,9 +76,12 @@ pub(super) struct CounterView {
 pub(super) struct FlagView {
     when: String,
     rule: String,
+    signal: String,
+    action: String,
     observed: i64,
     limit: i64,
     window: String,
+    repeat: bool,
 }
 
 pub(super) struct InviteView {
@@ -74,11 +91,43 @@ pub(super) struct InviteView {
     why: String,
 }
 
+/// A held invite with the sender's words, links marked.
+pub(super) struct HeldView {
+    id: String,
+    when: String,
+    recipient: String,
+    why: String,
+    sender_name: Vec<Segment>,
+    resource: Vec<Segment>,
+    message: Vec<Segment>,
+}
+
+impl From<SentInvite> for HeldView {
+    fn from(i: SentInvite) -> Self {
+        let text = |t: Option<String>| t.as_deref().map(marked).unwrap_or_default();
+        HeldView {
+            id: i.id.to_string(),
+            when: time(Some(i.created_at)),
+            why: why(&i.decision),
+            recipient: i.recipient,
+            sender_name: text(i.sender_name),
+            resource: text(i.resource),
+            message: text(i.message),
+        }
+    }
+}
+
 pub(super) struct AuditView {
     when: String,
     actor: String,
     action: String,
     note: String,
+}
+
+pub(super) struct NoteView {
+    when: String,
+    author: String,
+    body: String,
 }
 
 #[derive(Template, WebTemplate)]
@@ -89,8 +138,12 @@ pub(super) struct SenderPage {
     sender: SenderView,
     counters: Vec<CounterView>,
     counters_error: Option<String>,
+    bounces: i64,
+    complaints: i64,
     flags: Vec<FlagView>,
+    held: Vec<HeldView>,
     invites: Vec<InviteView>,
+    notes: Vec<NoteView>,
     audit: Vec<AuditView>,
     page: i64,
     more: bool,
@@ -126,6 +179,7 @@ async fn counters(dashboard: &Dashboard, id: &str) -> (Vec<CounterView>, Option<
                 .zip(decisions)
                 .map(|(r, d)| CounterView {
                     rule: r.name.clone(),
+                    signal: r.signal.as_str(),
                     count: d.count,
                     limit: r.quota.limit,
                     window: window((r.quota.window_ms / 1000) as i64),
@@ -152,6 +206,9 @@ async fn render_sender(
         .ok_or_else(|| AdminError::NotFound(format!("No sender `{id}` has sent an invite.")))?;
     let flags = senders::flags(pool, id).await?;
     let invites = senders::invites(pool, id, PAGE + 1, (page - 1) * PAGE).await?;
+    let held = senders::held(pool, id).await?;
+    let notes = senders::notes(pool, id).await?;
+    let (bounces, complaints) = senders::outcomes_last_day(pool, id).await?;
     let history = audit::of_sender(pool, id).await?;
     let (counters, counters_error) = counters(dashboard, id).await;
     let more = invites.len() as i64 > PAGE;
@@ -161,16 +218,22 @@ async fn render_sender(
         sender: sender.into(),
         counters,
         counters_error,
+        bounces,
+        complaints,
         flags: flags
             .into_iter()
             .map(|f| FlagView {
                 when: time(Some(f.created_at)),
                 rule: f.rule_name,
+                signal: f.signal,
+                action: f.action,
                 observed: f.observed,
                 limit: f.limit_count,
                 window: window(f.window_secs),
+                repeat: f.repeat,
             })
             .collect(),
+        held: held.into_iter().map(HeldView::from).collect(),
         invites: invites
             .into_iter()
             .take(PAGE as usize)
@@ -179,6 +242,14 @@ async fn render_sender(
                 why: why(&i.decision),
                 recipient: i.recipient,
                 status: i.status,
+            })
+            .collect(),
+        notes: notes
+            .into_iter()
+            .map(|n| NoteView {
+                when: time(Some(n.created_at)),
+                author: n.author,
+                body: n.body,
             })
             .collect(),
         audit: history

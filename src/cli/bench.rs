@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use sendguard::limiter::simulate::to_table;
 use sendguard::limiter::{RedisSettings, bench};
 
 use super::{Failure, Format};
@@ -11,6 +12,12 @@ use super::{Failure, Format};
 pub enum BenchCommand {
     /// Decisions per second of each algorithm's Redis script next to a plain PING.
     Limiter(BenchLimiterArgs),
+    /// Time to find the links in a 2,000-character message (the longest an invite carries).
+    Links {
+        /// Calls measured per row; the median is printed.
+        #[arg(long, default_value_t = 20_000)]
+        iterations: usize,
+    },
 }
 
 #[derive(Args)]
@@ -34,6 +41,20 @@ impl BenchCommand {
     pub async fn run(self) -> Result<(), Failure> {
         match self {
             BenchCommand::Limiter(args) => limiter(&args).await,
+            BenchCommand::Links { iterations } => {
+                let rows: Vec<Vec<String>> = sendguard::signals::bench::run(iterations)
+                    .into_iter()
+                    .map(|r| {
+                        vec![
+                            r.call.into(),
+                            format!("{:.2}", r.median_us),
+                            r.links.to_string(),
+                        ]
+                    })
+                    .collect();
+                print!("{}", to_table(&["call", "median_us", "links_found"], &rows));
+                Ok(())
+            }
         }
     }
 }

@@ -5,6 +5,7 @@ mod api_key;
 mod bench;
 mod healthcheck;
 mod migrate;
+mod rules;
 mod serve;
 mod simulate;
 
@@ -38,6 +39,9 @@ enum Command {
     /// Manage dashboard admins.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Rules as code: export them as TOML, apply a file.
+    #[command(subcommand)]
+    Rules(rules::RulesCommand),
     /// Replay generated traffic through every algorithm and compare each with an exact window.
     Simulate(simulate::SimulateArgs),
     /// Measure the service's parts against their ceilings.
@@ -61,6 +65,7 @@ impl Cli {
             Command::Migrate(db) => migrate::run(&db).await,
             Command::ApiKey(command) => command.run().await,
             Command::Admin(command) => command.run().await,
+            Command::Rules(command) => command.run().await,
             Command::Simulate(args) => {
                 simulate::run(&args);
                 Ok(())

@@ -33,6 +33,10 @@ pub fn run(args: &SimulateArgs) {
     let rows = simulate::run(&cfg);
     match args.format {
         Format::Csv => print!("{}", simulate::to_csv(&rows)),
-        Format::Table => print!("{}", simulate::to_text(&rows)),
+        Format::Table => {
+            print!("{}", simulate::to_text(&rows));
+            println!("\nWhich default rule catches each sender, after how many invites:\n");
+            print!("{}", sendguard::rules::simulate::to_text());
+        }
     }
 }

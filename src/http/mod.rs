@@ -12,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 pub use api_key::{ApiKey, ApiKeys};
-pub use body::{BodyLimit, read_body};
+pub use body::{BodyLimit, read_body, require_json};
 pub use client::{ClientAddr, TrustedProxies, group};
 pub use error::{ApiError, ErrorCause, RateLimited};
 pub use middleware::{Edge, SecurityHeaders, observe, security_headers};

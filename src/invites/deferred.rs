@@ -26,20 +26,28 @@ impl InviteService {
                 sender_id: row.sender_id.clone(),
                 recipient: row.recipient.clone(),
                 recipient_domain: row.recipient_domain.clone(),
-                resource: None,
-                message: None,
-                sender_name: None,
+                resource: row.resource.clone(),
+                message: row.message.clone(),
+                sender_name: row.sender_name.clone(),
+                sender_created_at: None,
             };
-            let state = self.senders.get(&self.pool, &invite.sender_id).await?.state;
+            let standing = self.senders.get(&self.pool, &invite.sender_id).await?;
             let at_ms = row.created_at.timestamp_millis().max(0) as u64;
-            let d = match self.decide(&invite, state, Some(at_ms)).await {
+            let d = match self.decide(&invite, &standing, Some(at_ms)).await {
                 Ok(d) => d,
                 // Still down: what was decided so far is kept, the rest waits.
                 Err(InviteError::Limiter(_)) => break,
                 Err(e) => return Err(e),
             };
             if let Some(b) = &d.breach {
-                store::flag(&mut tx, &invite.sender_id, b).await?;
+                store::flag(
+                    &mut tx,
+                    &invite.sender_id,
+                    b,
+                    Some(row.id),
+                    self.confirm_repeat,
+                )
+                .await?;
             }
             let mut decision = d.decision;
             decision["deferred"] = json!(true);

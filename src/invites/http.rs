@@ -4,13 +4,13 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::policy::Rejection;
 use super::{InvalidBody, InviteError, InviteService, Outcome, Submission, validate};
-use crate::http::{ApiError, ApiKey, RateLimited};
+use crate::http::{ApiError, ApiKey, RateLimited, require_json};
 
 /// Largest accepted body (DESIGN.md §4), enforced by `http::read_body`.
 pub const MAX_BODY: usize = 16 * 1024;
@@ -27,14 +27,7 @@ pub async fn create(
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
-        return Err(ApiError::UnsupportedMediaType);
-    }
+    require_json(&headers)?;
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(

@@ -21,7 +21,8 @@ use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::Metrics;
 use crate::moderation::{self, SenderState, SenderStates, Standing};
-use crate::rules::{RuleCache, Scope, Subjects};
+use crate::rules::{RuleCache, Scope, Signal, Subjects};
+use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
 use store::{NewInvite, Written};
@@ -68,10 +69,22 @@ pub struct InviteService {
     pub keys: KeyPrefix,
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
+    /// Days a sender counts as new for `new_senders_only` rules.
+    pub new_sender_days: i64,
+    /// Confirm a repeat offender's ban without waiting for review.
+    pub confirm_repeat: bool,
     pub metrics: Metrics,
     /// Outages of each dependency, logged once each.
     pub redis: Incident,
     pub postgres: Incident,
+}
+
+/// What the rules need to know of an invite besides its fields.
+#[derive(Debug, Clone, Copy)]
+struct Facts {
+    has_links: bool,
+    /// For `new_senders_only` rules.
+    new_sender: bool,
 }
 
 /// Times a state change may be seen between the verdict and the write before giving up.
@@ -86,7 +99,19 @@ impl InviteService {
             return Ok(Outcome::Accepted(id));
         }
         let invite = &sub.invite;
+        let address = invite
+            .sender_ip
+            .map(|ip| crate::http::group(ip).to_string());
         let mut standing = self.senders.get(&self.pool, &invite.sender_id).await?;
+        let facts = Facts {
+            has_links: invite.has_links(),
+            new_sender: standing.is_new(
+                invite.sender_created_at,
+                self.new_sender_days,
+                chrono::Utc::now(),
+            ),
+        };
+        let linked_to = self.linked_to(&standing, address.as_deref(), facts).await?;
         // The rules count an invite once. When the sender's state turns out to have changed
         // since this instance cached it, the verdict is derived again from the same answers.
         let mut answers: Option<Result<Vec<Checked>, LimiterError>> = None;
@@ -97,14 +122,14 @@ impl InviteService {
             } else {
                 let checked = match answers.take() {
                     Some(checked) => checked,
-                    None => match self.check_rules(invite, None).await {
+                    None => match self.check_rules(invite, None, facts).await {
                         Ok(c) => Ok(c),
                         Err(InviteError::Limiter(e)) => Err(e),
                         Err(e) => return Err(e),
                     },
                 };
                 let decided = match &checked {
-                    Ok(c) => policy::verdict(c, state),
+                    Ok(c) => policy::verdict(c, state, linked_to.as_deref()),
                     Err(e) => self.without_redis(e)?,
                 };
                 answers = Some(checked);
@@ -117,12 +142,13 @@ impl InviteService {
                 id: Uuid::new_v4(),
                 api_key_id: sub.api_key_id,
                 invite,
+                address: address.clone(),
                 status: decided.status,
                 decision: &decided.decision,
                 idempotency_key: sub.idempotency_key,
                 request_hash: &request_hash,
             };
-            match self.record(&new, standing, &decided).await {
+            match self.record(&new, &standing, &decided).await {
                 Ok(Written::StateDiffers) => {
                     self.senders.forget(&invite.sender_id);
                     standing = moderation::stored_standing(&self.pool, &invite.sender_id).await?;
@@ -149,14 +175,21 @@ impl InviteService {
     async fn record(
         &self,
         new: &NewInvite<'_>,
-        standing: Standing,
+        standing: &Standing,
         decided: &Decided,
     ) -> Result<Written, sqlx::Error> {
         let started = std::time::Instant::now();
         let written = match (&decided.breach, decided.status) {
             (Some(breach), _) => {
-                store::insert_with_flag(&self.pool, new, standing.state, breach, self.held_cap)
-                    .await
+                store::insert_with_flag(
+                    &self.pool,
+                    new,
+                    standing.state,
+                    breach,
+                    self.held_cap,
+                    self.confirm_repeat,
+                )
+                .await
             }
             (None, Status::Held) => {
                 store::insert_held(&self.pool, new, standing.state, self.held_cap).await
@@ -205,18 +238,54 @@ impl InviteService {
         }
     }
 
-    /// The rules' verdict on an invite from a sender in `state`, at `at_ms` (now when `None`).
+    /// The rules' verdict on an invite from a sender of `standing`, at `at_ms` (now when
+    /// `None`).
     async fn decide(
         &self,
         invite: &ValidInvite,
-        state: SenderState,
+        standing: &Standing,
         at_ms: Option<u64>,
     ) -> Result<Decided, InviteError> {
-        if state == SenderState::Trusted {
+        if standing.state == SenderState::Trusted {
             return Ok(policy::trusted());
         }
-        let checked = self.check_rules(invite, at_ms).await?;
-        Ok(policy::verdict(&checked, state))
+        let at = at_ms
+            .and_then(|ms| chrono::DateTime::from_timestamp_millis(ms as i64))
+            .unwrap_or_else(chrono::Utc::now);
+        let facts = Facts {
+            has_links: invite.has_links(),
+            new_sender: standing.is_new(invite.sender_created_at, self.new_sender_days, at),
+        };
+        let address = invite
+            .sender_ip
+            .map(|ip| crate::http::group(ip).to_string());
+        let linked_to = self.linked_to(standing, address.as_deref(), facts).await?;
+        let checked = self.check_rules(invite, at_ms, facts).await?;
+        Ok(policy::verdict(
+            &checked,
+            standing.state,
+            linked_to.as_deref(),
+        ))
+    }
+
+    /// The banned sender this one is linked to, when it matters: the invite has links. A sender
+    /// never seen is looked up by its address (it would be linked when first written).
+    async fn linked_to(
+        &self,
+        standing: &Standing,
+        address: Option<&str>,
+        facts: Facts,
+    ) -> Result<Option<String>, sqlx::Error> {
+        if !facts.has_links {
+            return Ok(None);
+        }
+        match (&standing.linked_to, address) {
+            (Some(banned), _) => Ok(Some(banned.clone())),
+            (None, Some(address)) if standing.unseen() => {
+                moderation::banned_near(&self.pool, address).await
+            }
+            _ => Ok(None),
+        }
     }
 
     /// What an invite becomes while Redis cannot be asked, by the configured policy.
@@ -227,10 +296,13 @@ impl InviteService {
     }
 
     /// Every enabled rule that applies, in one pipeline: all keys of a subject share a hash tag.
+    /// Each rule counts its signal: the invite, its links, its recipient or domain among the
+    /// distinct ones; outcome signals are only read here (they are counted as they arrive).
     async fn check_rules(
         &self,
         invite: &ValidInvite,
         at_ms: Option<u64>,
+        facts: Facts,
     ) -> Result<Vec<Checked>, InviteError> {
         let mut rules = Vec::new();
         let mut keys: Vec<LimitKey> = Vec::new();
@@ -242,22 +314,45 @@ impl InviteService {
             recipient_domain: &invite.recipient_domain,
         };
         for rule in self.rules.enabled() {
+            if rule.new_senders_only && !facts.new_sender {
+                continue;
+            }
             if let Some(subject) = rule.scope.subject(&of) {
                 keys.push(self.keys.key(&subject, &rule.name, &rule.quota));
                 rules.push(rule);
             }
         }
-        // Global rules are counted in process (see `global`) unless the invite is a replay.
+        // Global invite counts are kept in process (see `global`) unless the invite is a replay.
         let local: Vec<bool> = rules
             .iter()
-            .map(|r| r.scope == Scope::Global && at_ms.is_none() && self.global.is_some())
+            .map(|r| {
+                r.scope == Scope::Global
+                    && r.signal == Signal::Invites
+                    && at_ms.is_none()
+                    && self.global.is_some()
+            })
+            .collect();
+        // What this invite adds to each rule's count, and the member a distinct count counts.
+        let adds: Vec<(u64, Option<u64>)> = rules
+            .iter()
+            .map(|rule| match rule.signal {
+                Signal::Invites => (1, None),
+                Signal::Links => (u64::from(facts.has_links), None),
+                Signal::DistinctRecipients => (1, Some(signals::member(&invite.recipient))),
+                Signal::DistinctDomains => (1, Some(signals::member(&invite.recipient_domain))),
+                Signal::Bounces | Signal::Complaints => (0, None),
+            })
             .collect();
         let checks: Vec<Check<'_>> = rules
             .iter()
             .zip(&keys)
             .zip(&local)
-            .filter(|(_, local)| !**local)
-            .map(|((rule, key), _)| Check::new(key, &rule.quota, 1))
+            .zip(&adds)
+            .filter(|((_, local), _)| !**local)
+            .map(|(((rule, key), _), &(cost, member))| Check {
+                member,
+                ..Check::new(key, &rule.quota, cost)
+            })
             .collect();
         let started = std::time::Instant::now();
         let mut remote = match self.limiter.check_batch(&checks, at_ms).await {
@@ -269,13 +364,18 @@ impl InviteService {
             }
         };
         let mut decisions = Vec::with_capacity(rules.len());
-        for ((rule, key), local) in rules.iter().zip(&keys).zip(local) {
-            let decision = match (&self.global, local) {
+        for (((rule, key), local), &(cost, _)) in rules.iter().zip(&keys).zip(local).zip(&adds) {
+            let mut decision = match (&self.global, local) {
                 (Some(global), true) => global.count(key, &rule.quota),
                 _ => remote
                     .next()
                     .ok_or_else(|| LimiterError::BadReply("too few decisions".into()))?,
             };
+            // A rule acts on the invites that add to its count: an invite without links, or
+            // the outcomes counted as they arrive, are only read here.
+            if cost == 0 {
+                decision.allowed = true;
+            }
             decisions.push(decision);
         }
         self.metrics

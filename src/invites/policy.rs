@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::config::RedisPolicy;
 use crate::limiter::Decision;
 use crate::moderation::SenderState;
-use crate::rules::{Action, Rule};
+use crate::rules::{Action, Rule, Signal};
 
 /// The status an invite is recorded with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,14 +47,56 @@ pub struct Rejection {
     pub reset_secs: u64,
 }
 
+/// Why an invite is held for review and its sender flagged: a `shadow_ban` or `hold` rule it
+/// broke, or links from a sender linked to a banned one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach {
+    pub rule_id: Option<i64>,
+    pub rule_name: String,
+    pub signal: Signal,
+    pub action: Action,
+    pub observed: u64,
+    pub limit: u64,
+    pub window_secs: u64,
+}
+
+/// The name a flag carries for links from a sender linked to a banned one.
+pub const LINKED_SENDER: &str = "linked-to-banned-sender";
+
+impl Breach {
+    fn of(c: &Checked) -> Breach {
+        Breach {
+            rule_id: Some(c.rule.id),
+            rule_name: c.rule.name.clone(),
+            signal: c.rule.signal,
+            action: c.rule.action,
+            observed: c.decision.count,
+            limit: c.rule.quota.limit,
+            window_secs: c.rule.quota.window_ms / 1000,
+        }
+    }
+
+    fn linked() -> Breach {
+        Breach {
+            rule_id: None,
+            rule_name: LINKED_SENDER.into(),
+            signal: Signal::Links,
+            action: Action::Hold,
+            observed: 1,
+            limit: 0,
+            window_secs: 30 * 86_400,
+        }
+    }
+}
+
 /// What the rules say about one invite.
 #[derive(Debug, Clone)]
 pub struct Decided {
     pub status: Status,
     /// The decision record kept with the invite.
     pub decision: Value,
-    /// The shadow-ban rule it broke, to flag the sender with.
-    pub breach: Option<Checked>,
+    /// Why the sender is flagged, when it is.
+    pub breach: Option<Breach>,
     pub rejection: Option<Rejection>,
 }
 
@@ -68,16 +110,22 @@ pub fn trusted() -> Decided {
     }
 }
 
-/// The verdict of the checked rules on an invite from a sender in `state` (not trusted). Held
-/// senders go through the same checks as everyone: their answers must not come sooner (that
-/// would tell them they are banned), and their attempts keep counting.
-pub fn verdict(checked: &[Checked], state: SenderState) -> Decided {
+/// The verdict of the checked rules on an invite from a sender in `state` (not trusted);
+/// `linked_to` names the banned sender this one is linked to when the invite carries links.
+/// Held senders go through the same checks as everyone: their answers must not come sooner
+/// (that would tell them they are banned), and their attempts keep counting.
+pub fn verdict(checked: &[Checked], state: SenderState, linked_to: Option<&str>) -> Decided {
+    let linked_hold = linked_to.map(|_| Action::Hold);
     let strongest = checked
         .iter()
         .filter(|c| !c.decision.allowed)
         .map(|c| c.rule.action)
+        .chain(linked_hold)
         .max();
     let mut decision = decision_record(checked, strongest);
+    if let Some(banned) = linked_to {
+        decision["linked_to"] = json!(banned);
+    }
     if strongest == Some(Action::Reject)
         && let Some(r) = rejection(checked)
     {
@@ -97,15 +145,21 @@ pub fn verdict(checked: &[Checked], state: SenderState) -> Decided {
             rejection: None,
         };
     }
-    let status = match strongest {
-        Some(Action::ShadowBan) => Status::Held,
-        Some(Action::Suppress) => Status::Suppressed,
-        _ => Status::Queued,
+    let broken = |action| {
+        checked
+            .iter()
+            .find(|c| !c.decision.allowed && c.rule.action == action)
+            .map(Breach::of)
     };
-    let breach = checked
-        .iter()
-        .find(|c| !c.decision.allowed && c.rule.action == Action::ShadowBan)
-        .cloned();
+    let (status, breach) = match strongest {
+        Some(Action::ShadowBan) => (Status::Held, broken(Action::ShadowBan)),
+        Some(Action::Hold) => (
+            Status::Held,
+            broken(Action::Hold).or_else(|| linked_to.map(|_| Breach::linked())),
+        ),
+        Some(Action::Suppress) => (Status::Suppressed, None),
+        _ => (Status::Queued, None),
+    };
     Decided {
         status,
         decision,
@@ -122,6 +176,7 @@ pub fn decision_record(checked: &[Checked], action: Option<Action>) -> Value {
             json!({
                 "rule": c.rule.name,
                 "scope": c.rule.scope.as_str(),
+                "signal": c.rule.signal.as_str(),
                 "action": c.rule.action.as_str(),
                 "count": c.decision.count,
                 "limit": c.rule.quota.limit,
@@ -171,12 +226,16 @@ mod tests {
     use crate::rules::Scope;
 
     fn rule(name: &str, action: Action, limit: u64) -> Rule {
+        let algorithm = Algorithm::HashCounters(EdgeMode::Harsh);
         Rule {
             id: 1,
             name: name.into(),
             scope: Scope::Sender,
-            quota: Quota::new(limit, 3600, Algorithm::HashCounters(EdgeMode::Harsh)),
+            signal: Signal::Invites,
+            algorithm,
+            quota: Quota::new(limit, 3600, algorithm),
             action,
+            new_senders_only: false,
             enabled: true,
             version: 1,
         }
@@ -203,6 +262,7 @@ mod tests {
         let d = verdict(
             &[checked("a", Action::ShadowBan, 5, 5)],
             SenderState::Active,
+            None,
         );
         assert_eq!(d.status, Status::Queued);
         assert!(d.breach.is_none() && d.rejection.is_none());
@@ -218,9 +278,10 @@ mod tests {
                 checked("loud", Action::ShadowBan, 5, 6),
             ],
             SenderState::Active,
+            None,
         );
         assert_eq!(d.status, Status::Held);
-        assert_eq!(d.breach.expect("breach").rule.name, "loud");
+        assert_eq!(d.breach.expect("breach").rule_name, "loud");
         assert_eq!(d.decision["action"], "shadow_ban");
     }
 
@@ -228,14 +289,18 @@ mod tests {
     fn the_strongest_breached_action_wins() {
         let suppress = checked("s", Action::Suppress, 1, 2);
         let monitor = checked("m", Action::Monitor, 1, 2);
-        let d = verdict(&[monitor.clone(), suppress.clone()], SenderState::Active);
+        let d = verdict(
+            &[monitor.clone(), suppress.clone()],
+            SenderState::Active,
+            None,
+        );
         assert_eq!(d.status, Status::Suppressed);
         assert!(d.breach.is_none());
-        let d = verdict(&[monitor], SenderState::Active);
+        let d = verdict(&[monitor], SenderState::Active, None);
         assert_eq!(d.status, Status::Queued);
         assert_eq!(d.decision["action"], "monitor");
         let reject = checked("r", Action::Reject, 1, 2);
-        let d = verdict(&[suppress, reject], SenderState::Active);
+        let d = verdict(&[suppress, reject], SenderState::Active, None);
         assert!(d.rejection.is_some(), "reject outranks suppress");
     }
 
@@ -247,6 +312,7 @@ mod tests {
                 checked("late", Action::Reject, 2, 9),
             ],
             SenderState::Active,
+            None,
         );
         let r = d.rejection.expect("rejected");
         assert_eq!(r.rule, "late");
@@ -260,6 +326,7 @@ mod tests {
         let d = verdict(
             &[checked("r", Action::Reject, 1, 2)],
             SenderState::ShadowBanned,
+            None,
         );
         assert!(
             d.rejection.is_some(),
@@ -270,7 +337,7 @@ mod tests {
     #[test]
     fn a_held_sender_is_held_with_its_state_as_reason_and_no_new_flag() {
         for state in [SenderState::ShadowBanned, SenderState::Banned] {
-            let d = verdict(&[checked("a", Action::ShadowBan, 5, 9)], state);
+            let d = verdict(&[checked("a", Action::ShadowBan, 5, 9)], state, None);
             assert_eq!(d.status, Status::Held);
             assert!(d.breach.is_none(), "{state:?}: already flagged");
             assert_eq!(d.decision["reason"], format!("sender_{}", state.as_str()));
@@ -290,12 +357,61 @@ mod tests {
         assert_eq!(
             record,
             json!({"reason": "rules", "action": "suppress", "rules": [
-                {"rule": "a", "scope": "sender", "action": "suppress", "count": 4, "limit": 3,
-                 "window_secs": 3600, "outcome": "exceeded"},
-                {"rule": "b", "scope": "sender", "action": "monitor", "count": 1, "limit": 10,
-                 "window_secs": 3600, "outcome": "ok"},
+                {"rule": "a", "scope": "sender", "signal": "invites", "action": "suppress",
+                 "count": 4, "limit": 3, "window_secs": 3600, "outcome": "exceeded"},
+                {"rule": "b", "scope": "sender", "signal": "invites", "action": "monitor",
+                 "count": 1, "limit": 10, "window_secs": 3600, "outcome": "ok"},
             ]})
         );
+    }
+
+    #[test]
+    fn a_hold_breach_holds_this_invite_and_flags_without_a_ban() {
+        let d = verdict(
+            &[
+                checked("links", Action::Hold, 0, 1),
+                checked("calm", Action::Suppress, 5, 1),
+            ],
+            SenderState::Active,
+            None,
+        );
+        assert_eq!(d.status, Status::Held);
+        let breach = d.breach.expect("flagged");
+        assert_eq!(
+            (breach.action, breach.rule_name.as_str()),
+            (Action::Hold, "links")
+        );
+        let d = verdict(
+            &[
+                checked("links", Action::Hold, 0, 1),
+                checked("loud", Action::ShadowBan, 5, 6),
+            ],
+            SenderState::Active,
+            None,
+        );
+        assert_eq!(
+            d.breach.expect("flagged").action,
+            Action::ShadowBan,
+            "shadow_ban > hold"
+        );
+    }
+
+    #[test]
+    fn links_from_a_sender_linked_to_a_banned_one_are_held() {
+        let d = verdict(
+            &[checked("a", Action::Monitor, 5, 1)],
+            SenderState::Active,
+            Some("spammer"),
+        );
+        assert_eq!(d.status, Status::Held);
+        assert_eq!(d.breach.expect("flagged").rule_name, LINKED_SENDER);
+        assert_eq!(d.decision["linked_to"], "spammer");
+        let d = verdict(
+            &[checked("r", Action::Reject, 1, 2)],
+            SenderState::Active,
+            Some("spammer"),
+        );
+        assert!(d.rejection.is_some(), "reject outranks hold");
     }
 
     #[test]

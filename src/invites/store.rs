@@ -6,15 +6,18 @@ use serde_json::Value;
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::policy::{Checked, Status};
+use super::policy::{Breach, Status};
 use super::validate::ValidInvite;
 use crate::moderation::{self, Flag, SenderState, Standing};
+use crate::rules::Action;
 
 /// An invite about to be written, with its verdict.
 pub struct NewInvite<'a> {
     pub id: Uuid,
     pub api_key_id: i64,
     pub invite: &'a ValidInvite,
+    /// The sender's address group (IPv6 by /64), when the app named its address.
+    pub address: Option<String>,
     pub status: Status,
     pub decision: &'a Value,
     pub idempotency_key: Option<&'a str>,
@@ -42,21 +45,48 @@ macro_rules! insert_invite {
     };
 }
 
+/// The sender's row (id `$id`), created on first sight with the address group it came from
+/// (`$a`), the sender it is linked to (banned from that address within 30 days) and when the
+/// app says the account was made (`$c`); answers its state, version and who changed it last.
+macro_rules! upsert_sender {
+    ($id:literal, $a:literal, $c:literal) => {
+        concat!(
+            "INSERT INTO senders (id, first_address, created_in_app_at, linked_to) VALUES (",
+            $id,
+            ", ",
+            $a,
+            ", ",
+            $c,
+            ", (SELECT sender_id FROM banned_addresses WHERE address = ",
+            $a,
+            " AND banned_at > now() - interval '30 days' ORDER BY banned_at DESC LIMIT 1))
+             ON CONFLICT (id) DO UPDATE SET last_seen_at = now(),
+                 created_in_app_at = COALESCE(senders.created_in_app_at,
+                     EXCLUDED.created_in_app_at)
+             RETURNING state, version, state_changed_by"
+        )
+    };
+}
+
 const INSERT: &str = insert_invite!();
 
-/// The sender upsert (`$3` is its id) and the insert, guarded by the assumed state (`$14`).
-/// An invite the counters admitted (`$15`) is also written when the only change since its
-/// sender was read (at version `$16`) is a ban by a rule: a later invite of its own burst,
-/// counted after it, committed first. A ban by a person still holds it.
+/// The sender upsert (`$3` is its id, `$17` its address, `$18` its creation) and the insert,
+/// guarded by the assumed state (`$14`). An invite the counters admitted (`$15`) is also
+/// written when the only change since its sender was read (at version `$16`) is a ban by a
+/// rule: a later invite of its own burst, counted after it, committed first. A ban by a person
+/// still holds it.
 const INSERT_GUARDED: &str = concat!(
-    "WITH sender AS (INSERT INTO senders (id) VALUES ($3)
-         ON CONFLICT (id) DO UPDATE SET last_seen_at = now()
-         RETURNING state, version, state_changed_by) ",
+    "WITH sender AS (",
+    upsert_sender!("$3", "$17", "$18"),
+    ") ",
     insert_invite!(),
     " FROM sender WHERE sender.state = $14
-         OR ($15 AND sender.state = 'shadow_banned' AND sender.state_changed_by = 'system'
-             AND sender.version = $16 + 1)"
+         OR ($15 AND sender.state IN ('shadow_banned', 'banned')
+             AND sender.state_changed_by = 'system' AND sender.version = $16 + 1)"
 );
+
+/// The sender's row in the transaction of a flagging invite.
+const UPSERT_SENDER: &str = upsert_sender!("$1", "$2", "$3");
 
 /// A held invite in one statement: a slot under the sender's cap (`$10`) is taken and the
 /// invite stored whole; past the cap only what idempotency needs is kept, as `discarded`. The
@@ -78,10 +108,6 @@ const INSERT_HELD: &str = "WITH cur AS (
          CASE WHEN cur.room THEN $12 ELSE '{\"reason\": \"held_cap\"}'::jsonb END, $13, $14
      FROM cur, slot
      RETURNING status";
-
-/// The sender's row, created on first sight; its state as stored.
-const UPSERT_SENDER: &str = "INSERT INTO senders (id) VALUES ($1)
-     ON CONFLICT (id) DO UPDATE SET last_seen_at = now() RETURNING state";
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
@@ -120,13 +146,15 @@ fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
 pub async fn insert(
     pool: &PgPool,
     new: &NewInvite<'_>,
-    assumed: Standing,
+    assumed: &Standing,
     admitted: bool,
 ) -> Result<Written, sqlx::Error> {
     let done = bind(sqlx::query(INSERT_GUARDED), new)
         .bind(assumed.state.as_str())
         .bind(admitted)
         .bind(assumed.version)
+        .bind(new.address.as_deref())
+        .bind(new.invite.sender_created_at)
         .execute(pool)
         .await?;
     Ok(if done.rows_affected() == 0 {
@@ -160,28 +188,33 @@ pub async fn insert_held<'e>(
     })
 }
 
-/// An invite that flags its sender: one transaction with the flag, the sender's new state,
-/// its audit entry and the invite.
+/// An invite that flags its sender: one transaction with the flag, the sender's new state (for
+/// a shadow ban), their audit entries and the invite.
 pub async fn insert_with_flag(
     pool: &PgPool,
     new: &NewInvite<'_>,
     assumed: SenderState,
-    breach: &Checked,
+    breach: &Breach,
     held_cap: i64,
+    confirm_repeat: bool,
 ) -> Result<Written, sqlx::Error> {
     let sender_id = &new.invite.sender_id;
     let mut tx = pool.begin().await?;
-    let stored: String = sqlx::query_scalar(UPSERT_SENDER)
+    let (stored, _, _): (String, i64, Option<String>) = sqlx::query_as(UPSERT_SENDER)
         .bind(sender_id)
+        .bind(new.address.as_deref())
+        .bind(new.invite.sender_created_at)
         .fetch_one(&mut *tx)
         .await?;
     if stored != assumed.as_str() {
         return Ok(Written::StateDiffers);
     }
-    flag(&mut tx, sender_id, breach).await?;
+    // The upsert locked the row, so the state it read is the state the flag changes.
+    let now = flag(&mut tx, sender_id, breach, Some(new.id), confirm_repeat)
+        .await?
+        .unwrap_or(assumed);
     let written = if new.status == Status::Held {
-        // The upsert locked the row: the flag has moved it to shadow_banned.
-        insert_held(&mut *tx, new, SenderState::ShadowBanned, held_cap).await?
+        insert_held(&mut *tx, new, now, held_cap).await?
     } else {
         bind(sqlx::query(INSERT), new).execute(&mut *tx).await?;
         Written::Recorded
@@ -190,21 +223,30 @@ pub async fn insert_with_flag(
     Ok(written)
 }
 
-/// Flags the sender with the shadow-ban rule it broke, in the caller's transaction.
+/// Flags the sender with its breach in the caller's transaction: a shadow ban changes its
+/// state (the new one is returned), a hold does not.
 pub async fn flag(
     tx: &mut Transaction<'_, Postgres>,
     sender_id: &str,
-    breach: &Checked,
-) -> Result<(), sqlx::Error> {
+    breach: &Breach,
+    invite_id: Option<Uuid>,
+    confirm_repeat: bool,
+) -> Result<Option<SenderState>, sqlx::Error> {
     let flag = Flag {
         sender_id,
-        rule_id: breach.rule.id,
-        rule_name: &breach.rule.name,
-        observed: breach.decision.count as i64,
-        limit: breach.rule.quota.limit as i64,
-        window_secs: (breach.rule.quota.window_ms / 1000) as i64,
+        rule_id: breach.rule_id,
+        rule_name: &breach.rule_name,
+        signal: breach.signal.as_str(),
+        observed: breach.observed as i64,
+        limit: breach.limit as i64,
+        window_secs: breach.window_secs as i64,
+        invite_id,
     };
-    moderation::shadow_ban(tx, &flag).await.map(drop)
+    if breach.action == Action::ShadowBan {
+        moderation::shadow_ban(tx, &flag, confirm_repeat).await
+    } else {
+        moderation::hold(tx, &flag).await.map(|()| None)
+    }
 }
 
 /// An invite recorded while Redis could not be asked.
@@ -215,6 +257,9 @@ pub struct DeferredInvite {
     pub recipient: String,
     pub recipient_domain: String,
     pub sender_ip: Option<String>,
+    pub resource: Option<String>,
+    pub message: Option<String>,
+    pub sender_name: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -224,7 +269,8 @@ pub async fn claim_deferred(
     limit: i64,
 ) -> Result<Vec<DeferredInvite>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, sender_id, recipient, recipient_domain, sender_ip, created_at FROM invites
+        "SELECT id, sender_id, recipient, recipient_domain, sender_ip, resource, message,
+             sender_name, created_at FROM invites
          WHERE status = 'deferred' ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(limit)

@@ -15,6 +15,19 @@ pub struct ValidInvite {
     pub resource: Option<String>,
     pub message: Option<String>,
     pub sender_name: Option<String>,
+    /// When the sender's account was created in the app, as the app says.
+    pub sender_created_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl ValidInvite {
+    /// Whether the sender's words carry a URL, a domain name or an email address.
+    pub fn has_links(&self) -> bool {
+        crate::signals::any_link([
+            self.resource.as_deref(),
+            self.message.as_deref(),
+            self.sender_name.as_deref(),
+        ])
+    }
 }
 
 /// What is wrong, and with which field.
@@ -188,6 +201,15 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         .map(|m| m.replace("\r\n", "\n").replace('\r', "\n"))
         .filter(|m| !m.trim().is_empty());
 
+    let sender_created_at = match text(&obj, "sender_created_at")? {
+        None => None,
+        Some(at) => Some(
+            chrono::DateTime::parse_from_rfc3339(&at)
+                .map_err(|_| field_error("sender_created_at", "must be an RFC 3339 time"))?
+                .with_timezone(&chrono::Utc),
+        ),
+    };
+
     Ok(ValidInvite {
         sender_id,
         recipient,
@@ -196,6 +218,7 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         resource,
         message,
         sender_name,
+        sender_created_at,
     })
 }
 

@@ -43,6 +43,20 @@ enum Work {
     /// A script that only returns: the ceiling of any EVALSHA.
     Noop,
     Decide(Algorithm),
+    /// Distinct recipients counted with HyperLogLogs, the alternative to the exact count.
+    DistinctHll,
+}
+
+/// The limit of the distinct-recipient rule the bench measures (the default rule's), and the
+/// recipients each sender cycles over: every key holds as many members as the limit allows.
+const DISTINCT_LIMIT: u64 = 100;
+
+const HLL_SCRIPT: &str = include_str!("lua/distinct_hll.lua");
+
+/// The member a bench decision counts: one of the sender's recipients, spread over the whole
+/// u64 range as a hashed address is (the golden-ratio multiplier), so it is as long in digits.
+fn bench_member(n: u64) -> u64 {
+    (n % DISTINCT_LIMIT + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// PING and decisions take turns in rounds this long: on a shared machine the speed of both
@@ -68,11 +82,13 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     works.extend(
         Algorithm::ALL
             .into_iter()
+            .chain([Algorithm::Distinct])
             .map(|a| (a.to_string(), Work::Decide(a))),
     );
+    works.push(("distinct:hyperloglog".to_string(), Work::DistinctHll));
     for (name, work) in works {
         let keys = client_keys(&prefix, cfg, work);
-        if let Work::Decide(_) = work {
+        if let Work::Decide(_) | Work::DistinctHll = work {
             // Untimed: every sender's key exists before the clock starts, so the rounds measure
             // busy senders, not the first write of each.
             measure(&stores, &keys, work, Span::OnePass).await?;
@@ -88,6 +104,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
         }
         let bytes_per_key = match work {
             Work::Decide(a) => Some(hourly_key_bytes(&stores[0], &prefix, a).await?),
+            Work::DistinctHll => Some(hll_bytes(&stores[0], &prefix).await?),
             _ => None,
         };
         rows.push(BenchRow {
@@ -111,6 +128,16 @@ fn client_keys(prefix: &KeyPrefix, cfg: &BenchConfig, work: Work) -> Vec<Arc<[Li
             Work::Decide(a) => (n..cfg.subjects)
                 .step_by(cfg.clients)
                 .map(|s| prefix.key(&format!("sender:b{s}"), "bench", &bench_quota(a)))
+                .collect(),
+            Work::DistinctHll => (n..cfg.subjects)
+                .step_by(cfg.clients)
+                .map(|s| {
+                    prefix.key(
+                        &format!("sender:b{s}"),
+                        "hll",
+                        &bench_quota(Algorithm::Distinct),
+                    )
+                })
                 .collect(),
             _ => Arc::from([]),
         })
@@ -150,8 +177,11 @@ async fn measure(
         tasks.push(tokio::spawn(async move {
             let mut conn = store.connection();
             let noop = redis::Script::new("return 1");
+            let hll = redis::Script::new(HLL_SCRIPT);
             let mut next = keys.iter().cycle().take(calls);
+            let mut n: u64 = 0;
             while Instant::now() < deadline {
+                n += 1;
                 match work {
                     Work::Ping => {
                         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
@@ -162,8 +192,21 @@ async fn measure(
                     Work::Decide(a) => {
                         let Some(key) = next.next() else { break };
                         let quota = bench_quota(a);
-                        let check = Check::new(key, &quota, 1);
+                        let member = (a == Algorithm::Distinct).then(|| bench_member(n));
+                        let check = Check {
+                            member,
+                            ..Check::new(key, &quota, 1)
+                        };
                         store.check_batch(&[check], None).await?;
+                    }
+                    Work::DistinctHll => {
+                        let Some(key) = next.next() else { break };
+                        let _: i64 = hll
+                            .key(key.as_str())
+                            .arg(&bench_member(n).to_le_bytes()[..])
+                            .arg(3_600_000)
+                            .invoke_async(&mut conn)
+                            .await?;
                     }
                 }
                 done.fetch_add(1, Ordering::Relaxed);
@@ -178,9 +221,15 @@ async fn measure(
     Ok(done.load(Ordering::Relaxed))
 }
 
-/// An hourly rule with a limit nobody reaches: the benchmark measures the allowed path.
+/// An hourly rule with a limit nobody reaches: the benchmark measures the allowed path (the
+/// distinct count at its default limit, which the recipients each sender cycles over fill).
 fn bench_quota(algorithm: Algorithm) -> Quota {
-    Quota::new(1_000_000, 3600, algorithm)
+    let limit = if algorithm == Algorithm::Distinct {
+        DISTINCT_LIMIT
+    } else {
+        1_000_000
+    };
+    Quota::new(limit, 3600, algorithm)
 }
 
 /// `MEMORY USAGE` of one hourly key after a request in every minute of an hour.
@@ -195,7 +244,10 @@ async fn hourly_key_bytes(
     for minute in 0..60u64 {
         // A few requests per minute, as a busy sender sends them.
         for n in 0..5u64 {
-            let check = Check::new(&key, &quota, 1);
+            let check = Check {
+                member: (algorithm == Algorithm::Distinct).then(|| bench_member(minute * 5 + n)),
+                ..Check::new(&key, &quota, 1)
+            };
             store
                 .check_batch(&[check], Some(start + minute * 60_000 + n * 1000))
                 .await?;
@@ -216,6 +268,38 @@ async fn hourly_key_bytes(
             .query_async(&mut conn)
             .await?;
         bytes += seq.unwrap_or(0);
+    }
+    Ok(bytes)
+}
+
+/// `MEMORY USAGE` of every sub-window HyperLogLog of one sender after as many distinct
+/// recipients as the exact count holds, spread over an hour (as `hourly_key_bytes` sends them).
+async fn hll_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, LimiterError> {
+    let base = prefix.key("sender:memory", "hll", &bench_quota(Algorithm::Distinct));
+    let mut conn = store.connection();
+    let start = (super::now_ms() / 3_600_000) * 3_600_000;
+    let mut bytes = 0;
+    for minute in 0..60u64 {
+        let sub = format!(
+            "{}:{}",
+            base.as_str(),
+            (start + minute * 60_000) * 60 / 3_600_000
+        );
+        for n in 0..5u64 {
+            let _: i64 = redis::cmd("PFADD")
+                .arg(&sub)
+                .arg(&bench_member(minute * 5 + n).to_le_bytes()[..])
+                .query_async(&mut conn)
+                .await?;
+        }
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&sub)
+            .arg("SAMPLES")
+            .arg(0)
+            .query_async(&mut conn)
+            .await?;
+        bytes += used.unwrap_or(0);
     }
     Ok(bytes)
 }

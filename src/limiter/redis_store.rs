@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use super::{
     Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, MAX_LIMIT, MAX_WINDOW_MS, Quota,
@@ -183,59 +183,54 @@ impl RedisStore {
         checks: &[Check<'_>],
         at_ms: Option<u64>,
     ) -> Result<Vec<Decision>, LimiterError> {
-        if let [check] = checks {
-            return Ok(vec![self.check_one(check, at_ms).await?]);
-        }
-        let cmds: Vec<Cmd> = checks
-            .iter()
-            .map(|check| self.command(check, at_ms, false))
-            .collect();
-        let mut replies = self.conn.send_all(cmds).await?;
-
-        let missing: Vec<usize> = replies
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| matches!(r, Err(e) if is_noscript(e)))
-            .map(|(n, _)| n)
-            .collect();
-        if !missing.is_empty() {
-            let again: Vec<Cmd> = missing
+        let mut replies = if let [check] = checks {
+            // A single decision goes out as a plain command: no pipeline to build or unpack.
+            let mut conn = self.conn.clone();
+            vec![
+                self.command(check, at_ms, false)
+                    .query_async::<Value>(&mut conn)
+                    .await,
+            ]
+        } else {
+            let cmds: Vec<Cmd> = checks
                 .iter()
-                .map(|&n| self.command(&checks[n], at_ms, true))
+                .map(|check| self.command(check, at_ms, false))
                 .collect();
-            let retried = self.conn.send_all(again).await?;
-            for (n, reply) in missing.into_iter().zip(retried) {
+            self.conn.send_all(cmds).await?
+        };
+        // A decision that did not run is sent again, alone: as EVAL where the node lacks the
+        // script, after a pause where its slot is moving between nodes. Decisions that ran are
+        // never sent twice, so a batch that partly failed counts nothing twice.
+        for attempt in 1..=RESENDS {
+            let again: Vec<(usize, bool)> = replies
+                .iter()
+                .enumerate()
+                .filter_map(|(n, reply)| match reply {
+                    Err(e) if is_noscript(e) => Some((n, true)),
+                    Err(e) if is_moving(e) => Some((n, false)),
+                    _ => None,
+                })
+                .collect();
+            if again.is_empty() {
+                break;
+            }
+            if again.iter().any(|&(_, by_source)| !by_source) {
+                tokio::time::sleep(MOVE_PAUSE * attempt).await;
+            }
+            let cmds: Vec<Cmd> = again
+                .iter()
+                .map(|&(n, by_source)| self.command(&checks[n], at_ms, by_source))
+                .collect();
+            let retried = self.conn.send_all(cmds).await?;
+            for ((n, _), reply) in again.into_iter().zip(retried) {
                 replies[n] = reply;
             }
         }
-
         checks
             .iter()
             .zip(replies)
             .map(|(check, reply)| parse_reply(check.quota, reply?))
             .collect()
-    }
-
-    /// A single decision goes out as a plain command: no pipeline to build or unpack.
-    async fn check_one(
-        &self,
-        check: &Check<'_>,
-        at_ms: Option<u64>,
-    ) -> Result<Decision, LimiterError> {
-        let mut conn = self.conn.clone();
-        let reply: RedisResult<Value> = self
-            .command(check, at_ms, false)
-            .query_async(&mut conn)
-            .await;
-        let reply = match reply {
-            Err(e) if is_noscript(&e) => {
-                self.command(check, at_ms, true)
-                    .query_async(&mut conn)
-                    .await?
-            }
-            other => other?,
-        };
-        parse_reply(check.quota, reply)
     }
 
     pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
@@ -269,6 +264,25 @@ fn packed_rule(q: &Quota) -> u64 {
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
+
+/// A cluster's answer while a slot moves (or its nodes still disagree where it is): the
+/// command did not run, and will run once the move settles.
+fn is_moving(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+        )
+    )
+}
+
+/// Times a decision that did not run is sent again, and the pause before each (times the
+/// attempt) while its slot moves.
+const RESENDS: u32 = 4;
+const MOVE_PAUSE: Duration = Duration::from_millis(25);
 
 /// Parses a script's `{allowed, count, remaining, retry_after_ms, reset_after_ms}`, or the single
 /// integer `count * 2^32 + reset_after_ms` of an attempt a fast path allowed (one integer costs

@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::incident::Incident;
 use crate::metrics::Metrics;
+use crate::outcomes::{OutcomeType, Outcomes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MailError {
@@ -34,6 +35,11 @@ pub enum MailError {
 }
 
 impl MailError {
+    /// The mail server refused the recipient for good (a 5xx): a bounce of the invite.
+    fn is_refusal(&self) -> bool {
+        matches!(self, MailError::Smtp(e) if e.is_permanent())
+    }
+
     /// An answer that no retry will change (an unknown mailbox, a message that cannot be built).
     fn is_permanent(&self) -> bool {
         match self {
@@ -192,6 +198,8 @@ pub struct Outbox {
     pool: PgPool,
     transport: Transport,
     metrics: Metrics,
+    /// Where a refusal is counted as a bounce.
+    outcomes: Outcomes,
     smtp: Incident,
     settings: OutboxSettings,
     worker_id: String,
@@ -202,12 +210,14 @@ impl Outbox {
         pool: PgPool,
         transport: Transport,
         metrics: Metrics,
+        outcomes: Outcomes,
         settings: OutboxSettings,
     ) -> Self {
         Outbox {
             pool,
             transport,
             metrics,
+            outcomes,
             smtp: Incident::new("smtp"),
             settings,
             worker_id: format!("{}-{}", std::process::id(), Uuid::new_v4().simple()),
@@ -333,6 +343,14 @@ impl Outbox {
         .bind(delay.as_secs_f64())
         .execute(&self.pool)
         .await?;
+        if e.is_refusal()
+            && let Err(e) = self
+                .outcomes
+                .record(invite.id, OutcomeType::Bounce, None)
+                .await
+        {
+            tracing::warn!(invite = %invite.id, error = %e, "a refusal was not counted as a bounce");
+        }
         Ok(())
     }
 }

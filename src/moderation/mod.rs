@@ -7,23 +7,65 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
 
 use crate::audit::{self, Entry};
 use crate::cache::TtlCache;
 
-/// A sender's state and the version of its row, as read at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A sender's state and what the rules need to know of it, as read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Standing {
     pub state: SenderState,
     /// Bumped by every change of state; 1 for a sender never seen (the row starts there).
     pub version: i64,
+    /// Since when the sender exists: as the app said, else first seen; `None` if never seen.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Invites of this sender the recipients accepted.
+    pub accepted: i64,
+    /// The banned sender this one was first seen near (same address within 30 days).
+    pub linked_to: Option<String>,
 }
 
 impl Standing {
     const UNSEEN: Standing = Standing {
         state: SenderState::Active,
         version: 1,
+        since: None,
+        accepted: 0,
+        linked_to: None,
     };
+
+    /// A sender is new while younger than `days` and with fewer than [`NEW_UNTIL_ACCEPTED`]
+    /// accepted invites: spammers' invites are rarely accepted. `created` is the app's word for
+    /// when the account was made, when it gave one.
+    pub fn is_new(
+        &self,
+        created: Option<chrono::DateTime<chrono::Utc>>,
+        days: i64,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> bool {
+        let age = created
+            .or(self.since)
+            .map_or(chrono::Duration::zero(), |since| now - since);
+        age < chrono::Duration::days(days) && self.accepted < NEW_UNTIL_ACCEPTED
+    }
+
+    /// Whether the sender has never been seen.
+    pub fn unseen(&self) -> bool {
+        self.since.is_none()
+    }
+}
+
+/// Accepted invites after which a sender is no longer new, whatever their age.
+pub const NEW_UNTIL_ACCEPTED: i64 = 5;
+
+#[derive(sqlx::FromRow)]
+struct StandingRow {
+    state: String,
+    version: i64,
+    since: chrono::DateTime<chrono::Utc>,
+    accepted: i64,
+    linked_to: Option<String>,
 }
 
 /// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
@@ -46,7 +88,7 @@ impl SenderStates {
             Err(ticket) => ticket,
         };
         let standing = stored_standing(pool, sender_id).await?;
-        self.0.store(ticket, sender_id.to_owned(), standing);
+        self.0.store(ticket, sender_id.to_owned(), standing.clone());
         Ok(standing)
     }
 
@@ -61,19 +103,38 @@ impl SenderStates {
 
 /// The sender's standing as stored now; a sender never seen is active.
 pub async fn stored_standing(pool: &PgPool, sender_id: &str) -> Result<Standing, sqlx::Error> {
-    let row: Option<(String, i64)> =
-        sqlx::query_as("SELECT state, version FROM senders WHERE id = $1")
-            .bind(sender_id)
-            .fetch_optional(pool)
-            .await?;
+    let row: Option<StandingRow> = sqlx::query_as(
+        "SELECT state, version, COALESCE(created_in_app_at, first_seen_at) AS since, accepted,
+             linked_to
+         FROM senders WHERE id = $1",
+    )
+    .bind(sender_id)
+    .fetch_optional(pool)
+    .await?;
     Ok(row
-        .and_then(|(state, version)| {
+        .and_then(|r| {
             Some(Standing {
-                state: state.parse().ok()?,
-                version,
+                state: r.state.parse().ok()?,
+                version: r.version,
+                since: Some(r.since),
+                accepted: r.accepted,
+                linked_to: r.linked_to,
             })
         })
         .unwrap_or(Standing::UNSEEN))
+}
+
+/// The sender banned within [`MEMORY_DAYS`] from `address` (an address group), if any.
+pub async fn banned_near(pool: &PgPool, address: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT sender_id FROM banned_addresses
+         WHERE address = $1 AND banned_at > now() - make_interval(days => $2)
+         ORDER BY banned_at DESC LIMIT 1",
+    )
+    .bind(address)
+    .bind(MEMORY_DAYS)
+    .fetch_optional(pool)
+    .await
 }
 
 /// A sender's standing (DESIGN.md §2).
@@ -119,59 +180,131 @@ impl FromStr for SenderState {
 #[derive(Debug, Clone)]
 pub struct Flag<'a> {
     pub sender_id: &'a str,
-    pub rule_id: i64,
+    /// `None` for a flag no stored rule made (a sender linked to a banned one).
+    pub rule_id: Option<i64>,
     pub rule_name: &'a str,
+    pub signal: &'a str,
     pub observed: i64,
     pub limit: i64,
     pub window_secs: i64,
+    /// The invite a `hold` kept for review.
+    pub invite_id: Option<Uuid>,
 }
 
-/// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
-/// transaction. A sender that is no longer active (trusted, already banned) is left alone.
-/// Returns whether the state changed.
-pub async fn shadow_ban(
+/// How long a lift is remembered: a sender banned again by a rule within it is a repeat
+/// offender; and how long an address stays linked to the sender banned from it.
+pub const MEMORY_DAYS: i32 = 30;
+
+/// Writes the flag and its audit entry.
+async fn record_flag(
     tx: &mut Transaction<'_, Postgres>,
     flag: &Flag<'_>,
-) -> Result<bool, sqlx::Error> {
-    let changed = sqlx::query(
-        "UPDATE senders SET state = 'shadow_banned', version = version + 1,
-                state_changed_at = now(), state_changed_by = 'system'
-         WHERE id = $1 AND state = 'active'",
-    )
-    .bind(flag.sender_id)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !changed {
-        return Ok(false);
-    }
+    action: &str,
+    repeat: bool,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO flags (sender_id, rule_id, rule_name, observed, limit_count, window_secs)
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO flags (sender_id, rule_id, rule_name, signal, action, observed,
+             limit_count, window_secs, invite_id, repeat)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(flag.sender_id)
     .bind(flag.rule_id)
     .bind(flag.rule_name)
+    .bind(flag.signal)
+    .bind(action)
     .bind(flag.observed)
     .bind(flag.limit)
     .bind(flag.window_secs)
+    .bind(flag.invite_id)
+    .bind(repeat)
     .execute(&mut **tx)
     .await?;
     audit::write(
         &mut **tx,
         Entry {
             sender_id: Some(flag.sender_id),
-            rule_id: Some(flag.rule_id),
+            rule_id: flag.rule_id,
             detail: serde_json::json!({
                 "rule": flag.rule_name,
+                "signal": flag.signal,
                 "observed": flag.observed,
                 "limit": flag.limit,
                 "window_secs": flag.window_secs,
+                "invite": flag.invite_id,
+                "repeat": repeat,
             }),
-            ..Entry::new(audit::SYSTEM, "shadow_ban")
+            ..Entry::new(audit::SYSTEM, action)
         },
     )
+    .await
+}
+
+/// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
+/// transaction; a repeat offender (banned again within [`MEMORY_DAYS`] of a lift) goes straight
+/// to `banned` when `confirm_repeat` is set. A sender that is no longer active (trusted,
+/// already banned) is left alone. Returns the new state, if it changed.
+pub async fn shadow_ban(
+    tx: &mut Transaction<'_, Postgres>,
+    flag: &Flag<'_>,
+    confirm_repeat: bool,
+) -> Result<Option<SenderState>, sqlx::Error> {
+    let changed: Option<(String, bool)> = sqlx::query_as(
+        "UPDATE senders SET
+             state = CASE WHEN $2 AND COALESCE(lifted_at > now() - make_interval(days => $3), false)
+                 THEN 'banned' ELSE 'shadow_banned' END,
+             repeat_offender = repeat_offender
+                 OR COALESCE(lifted_at > now() - make_interval(days => $3), false),
+             version = version + 1, state_changed_at = now(), state_changed_by = 'system'
+         WHERE id = $1 AND state = 'active'
+         RETURNING state, COALESCE(lifted_at > now() - make_interval(days => $3), false)",
+    )
+    .bind(flag.sender_id)
+    .bind(confirm_repeat)
+    .bind(MEMORY_DAYS)
+    .fetch_optional(&mut **tx)
     .await?;
-    Ok(true)
+    let Some((state, repeat)) = changed else {
+        return Ok(None);
+    };
+    record_flag(tx, flag, "shadow_ban", repeat).await?;
+    let state: SenderState = state.parse().unwrap_or(SenderState::ShadowBanned);
+    if state == SenderState::Banned {
+        let entry = Entry {
+            sender_id: Some(flag.sender_id),
+            detail: serde_json::json!({"reason": "repeat offender, confirmed automatically"}),
+            ..Entry::new(audit::SYSTEM, "confirm_ban")
+        };
+        audit::write(&mut **tx, entry).await?;
+    }
+    remember_addresses(tx, flag.sender_id).await?;
+    Ok(Some(state))
+}
+
+/// Flags a sender for review without changing its state: a `hold` breach.
+pub async fn hold(tx: &mut Transaction<'_, Postgres>, flag: &Flag<'_>) -> Result<(), sqlx::Error> {
+    record_flag(tx, flag, "hold", false).await
+}
+
+/// Keeps the addresses a banned sender sent from (IPv6 by /64), so that a new sender first
+/// seen from one of them within [`MEMORY_DAYS`] is linked to it.
+pub async fn remember_addresses(
+    tx: &mut Transaction<'_, Postgres>,
+    sender_id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO banned_addresses (address, sender_id)
+         SELECT address, $1 FROM (
+             SELECT network(set_masklen(sender_ip::inet,
+                 CASE WHEN family(sender_ip::inet) = 6 THEN 64 ELSE 32 END))::text AS address
+             FROM (SELECT sender_ip FROM invites WHERE sender_id = $1 AND sender_ip IS NOT NULL
+                   ORDER BY created_at DESC LIMIT 50) recent
+             UNION
+             SELECT first_address FROM senders WHERE id = $1 AND first_address IS NOT NULL
+         ) addresses
+         ON CONFLICT (address, sender_id) DO UPDATE SET banned_at = now()",
+    )
+    .bind(sender_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

@@ -23,15 +23,21 @@ pub enum ReviewAction {
     MarkTrusted,
     /// Hold this sender's invites from now on, pending review.
     ShadowBan,
+    /// Send the held invites; the sender's state stays (invites held by a `hold` rule).
+    ReleaseHeld,
+    /// Throw the held invites away; the sender's state stays.
+    DiscardHeld,
 }
 
 impl ReviewAction {
-    pub const ALL: [ReviewAction; 5] = [
+    pub const ALL: [ReviewAction; 7] = [
         ReviewAction::ConfirmBan,
         ReviewAction::LiftAndRelease,
         ReviewAction::LiftAndDiscard,
         ReviewAction::MarkTrusted,
         ReviewAction::ShadowBan,
+        ReviewAction::ReleaseHeld,
+        ReviewAction::DiscardHeld,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,25 +47,46 @@ impl ReviewAction {
             ReviewAction::LiftAndDiscard => "lift_and_discard",
             ReviewAction::MarkTrusted => "mark_trusted",
             ReviewAction::ShadowBan => "shadow_ban",
+            ReviewAction::ReleaseHeld => "release_held",
+            ReviewAction::DiscardHeld => "discard_held",
         }
     }
 
-    fn new_state(self) -> SenderState {
+    /// The sender's state after the decision; `None` keeps it.
+    fn new_state(self) -> Option<SenderState> {
         match self {
-            ReviewAction::ConfirmBan => SenderState::Banned,
-            ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard => SenderState::Active,
-            ReviewAction::MarkTrusted => SenderState::Trusted,
-            ReviewAction::ShadowBan => SenderState::ShadowBanned,
+            ReviewAction::ConfirmBan => Some(SenderState::Banned),
+            ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard => {
+                Some(SenderState::Active)
+            }
+            ReviewAction::MarkTrusted => Some(SenderState::Trusted),
+            ReviewAction::ShadowBan => Some(SenderState::ShadowBanned),
+            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => None,
         }
     }
 
     /// What happens to the held invites.
     fn held_become(self) -> Option<&'static str> {
         match self {
-            ReviewAction::ConfirmBan | ReviewAction::LiftAndDiscard => Some("discarded"),
-            ReviewAction::LiftAndRelease | ReviewAction::MarkTrusted => Some("queued"),
+            ReviewAction::ConfirmBan | ReviewAction::LiftAndDiscard | ReviewAction::DiscardHeld => {
+                Some("discarded")
+            }
+            ReviewAction::LiftAndRelease
+            | ReviewAction::MarkTrusted
+            | ReviewAction::ReleaseHeld => Some("queued"),
             ReviewAction::ShadowBan => None,
         }
+    }
+
+    fn lifts(self) -> bool {
+        matches!(
+            self,
+            ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard
+        )
+    }
+
+    fn bans(self) -> bool {
+        matches!(self, ReviewAction::ConfirmBan | ReviewAction::ShadowBan)
     }
 }
 
@@ -127,19 +154,27 @@ pub async fn apply(
     if version != review.seen_version {
         return Err(ReviewError::Stale { state, version });
     }
-    let new_state = review.action.new_state();
+    let new_state = match review.action.new_state() {
+        Some(s) => s,
+        None => state.parse().unwrap_or(SenderState::Active),
+    };
     let version: i64 = sqlx::query_scalar(
         "UPDATE senders SET state = $2, version = version + 1, state_changed_at = now(),
              state_changed_by = $4,
-             held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END
+             held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END,
+             lifted_at = CASE WHEN $5 THEN now() ELSE lifted_at END
          WHERE id = $1 RETURNING version",
     )
     .bind(review.sender_id)
     .bind(new_state.as_str())
     .bind(review.action.held_become().is_some())
     .bind(review.actor)
+    .bind(review.action.lifts())
     .fetch_one(&mut *tx)
     .await?;
+    if review.action.bans() {
+        super::remember_addresses(&mut tx, review.sender_id).await?;
+    }
     let invites_changed = match review.action.held_become() {
         // Released invites go to the queue as they are: they were counted when they came in.
         Some(status) => sqlx::query(
@@ -178,10 +213,7 @@ pub async fn apply(
     .await?;
     tx.commit().await?;
 
-    if matches!(
-        review.action,
-        ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard
-    ) {
+    if review.action.lifts() {
         let tripped: BTreeSet<String> = tripped.into_iter().collect();
         let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
         for rule in rules
@@ -207,4 +239,104 @@ pub async fn apply(
         version,
         invites_changed,
     })
+}
+
+/// What to do with one held invite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InviteDecision {
+    /// Send it: back to the queue, not counted again.
+    Release,
+    Discard,
+}
+
+impl InviteDecision {
+    fn status(self) -> &'static str {
+        match self {
+            InviteDecision::Release => "queued",
+            InviteDecision::Discard => "discarded",
+        }
+    }
+
+    fn action(self) -> &'static str {
+        match self {
+            InviteDecision::Release => "release_invite",
+            InviteDecision::Discard => "discard_invite",
+        }
+    }
+}
+
+/// Releases or discards one held invite of `sender_id`, audited; the sender's state stays.
+/// False when the invite is not (any more) held.
+pub async fn decide_invite(
+    pool: &PgPool,
+    sender_id: &str,
+    invite_id: uuid::Uuid,
+    decision: InviteDecision,
+    actor: &str,
+    admin_id: Option<i64>,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let changed = sqlx::query(
+        "UPDATE invites SET status = $3,
+             next_attempt_at = CASE WHEN $3 = 'queued' THEN now() END
+         WHERE id = $1 AND sender_id = $2 AND status = 'held'",
+    )
+    .bind(invite_id)
+    .bind(sender_id)
+    .bind(decision.status())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !changed {
+        return Ok(false);
+    }
+    sqlx::query("UPDATE senders SET held_stored = GREATEST(held_stored - 1, 0) WHERE id = $1")
+        .bind(sender_id)
+        .execute(&mut *tx)
+        .await?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id,
+            sender_id: Some(sender_id),
+            detail: json!({"invite": invite_id}),
+            ..Entry::new(actor, decision.action())
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A reviewer's private note on a sender, kept with the sender and in the audit log.
+pub async fn add_note(
+    pool: &PgPool,
+    sender_id: &str,
+    author: &str,
+    admin_id: Option<i64>,
+    body: &str,
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO sender_notes (sender_id, admin_id, author, body) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(sender_id)
+    .bind(admin_id)
+    .bind(author)
+    .bind(body)
+    .execute(&mut *tx)
+    .await?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id,
+            sender_id: Some(sender_id),
+            note: Some(body),
+            ..Entry::new(author, "note")
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
 }

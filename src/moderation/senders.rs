@@ -6,27 +6,44 @@ use sqlx::PgPool;
 
 type Time = chrono::DateTime<chrono::Utc>;
 
-/// The review queue: shadow-banned senders, newest flag first, with what the page shows.
-pub const QUEUE: &str = "SELECT s.id, s.version, f.rule_name, f.observed, f.limit_count,
-            (SELECT min(created_at) FROM invites i WHERE i.sender_id = s.id) AS first_attempt,
-            (SELECT max(created_at) FROM invites i WHERE i.sender_id = s.id) AS last_attempt,
+/// The review queue: shadow-banned senders, and active senders with invites held for review;
+/// repeat offenders first, then newest flag first, with the evidence the page shows.
+pub const QUEUE: &str = "SELECT s.id, s.version, s.state, s.repeat_offender, s.linked_to,
+            COALESCE(s.created_in_app_at, s.first_seen_at) AS since, s.accepted,
+            f.rule_name, f.signal, f.action, f.observed, f.limit_count,
             s.held_stored + s.held_overflow AS held,
-            (SELECT string_agg(d, ', ') FROM (
-                SELECT DISTINCT recipient_domain AS d FROM invites i
-                WHERE i.sender_id = s.id AND i.status = 'held' ORDER BY 1 LIMIT 3) x) AS domains
-     FROM senders s
+            d.recipients, d.domains, d.sent,
+            (SELECT count(*) FROM outcomes o WHERE o.sender_id = s.id AND o.type = 'bounce'
+                AND o.at > now() - interval '1 day') AS bounces,
+            (SELECT count(*) FROM outcomes o WHERE o.sender_id = s.id AND o.type = 'complaint'
+                AND o.at > now() - interval '1 day') AS complaints,
+            (SELECT left(coalesce(i.message, i.resource, i.sender_name, ''), 140) FROM invites i
+                WHERE i.sender_id = s.id AND i.status = 'held'
+                ORDER BY i.created_at DESC LIMIT 1) AS latest_held
+     FROM (SELECT * FROM senders WHERE state = 'shadow_banned'
+           UNION ALL
+           SELECT * FROM senders WHERE state = 'active' AND held_stored > 0) s
      LEFT JOIN LATERAL (
-         SELECT rule_name, observed, limit_count, created_at FROM flags
+         SELECT rule_name, signal, action, observed, limit_count, created_at FROM flags
          WHERE sender_id = s.id ORDER BY created_at DESC LIMIT 1) f ON true
-     WHERE s.state = 'shadow_banned'
-     ORDER BY f.created_at DESC NULLS LAST, s.id
+     LEFT JOIN LATERAL (
+         SELECT count(DISTINCT recipient) AS recipients,
+                count(DISTINCT recipient_domain) AS domains,
+                count(*) FILTER (WHERE status = 'sent') AS sent
+         FROM (SELECT recipient, recipient_domain, status FROM invites i
+               WHERE i.sender_id = s.id AND i.created_at > now() - interval '1 day'
+               LIMIT 10000) recent) d ON true
+     ORDER BY s.repeat_offender DESC, f.created_at DESC NULLS LAST, s.id
      LIMIT $1 OFFSET $2";
 
 /// Senders awaiting review.
-pub const AWAITING: &str = "SELECT count(*) FROM senders WHERE state = 'shadow_banned'";
+pub const AWAITING: &str = "SELECT
+     (SELECT count(*) FROM senders WHERE state = 'shadow_banned')
+     + (SELECT count(*) FROM senders WHERE state = 'active' AND held_stored > 0)";
 
 /// A sender's invites, newest first.
-pub const INVITES: &str = "SELECT created_at, recipient, status, decision FROM invites
+pub const INVITES: &str = "SELECT id, created_at, recipient, status, decision, resource, message,
+         sender_name FROM invites
      WHERE sender_id = $1 ORDER BY created_at DESC, id LIMIT $2 OFFSET $3";
 
 /// One row of the review queue. The flag fields are empty for a sender banned by hand.
@@ -34,15 +51,26 @@ pub const INVITES: &str = "SELECT created_at, recipient, status, decision FROM i
 pub struct Awaiting {
     pub id: String,
     pub version: i64,
+    pub state: String,
+    pub repeat_offender: bool,
+    pub linked_to: Option<String>,
+    pub since: Time,
+    pub accepted: i64,
     pub rule_name: Option<String>,
+    pub signal: Option<String>,
+    pub action: Option<String>,
     pub observed: Option<i64>,
     pub limit_count: Option<i64>,
-    pub first_attempt: Option<Time>,
-    pub last_attempt: Option<Time>,
     /// Held invites, stored or counted beyond the cap.
     pub held: i64,
-    /// Up to three domains the held invites were for.
-    pub domains: Option<String>,
+    /// Distinct recipients and domains, and invites sent, in the last day.
+    pub recipients: i64,
+    pub domains: i64,
+    pub sent: i64,
+    pub bounces: i64,
+    pub complaints: i64,
+    /// The start of the latest held invite's text.
+    pub latest_held: Option<String>,
 }
 
 /// `limit` rows of the review queue after skipping `offset`.
@@ -66,14 +94,23 @@ pub struct Sender {
     pub version: i64,
     pub first_seen_at: Time,
     pub last_seen_at: Time,
+    pub created_in_app_at: Option<Time>,
     pub held_stored: i64,
     pub held_overflow: i64,
+    pub accepted: i64,
+    pub linked_to: Option<String>,
+    pub repeat_offender: bool,
+    pub first_address: Option<String>,
+    /// Invites delivered, for the acceptance rate.
+    pub sent: i64,
 }
 
 pub async fn find(pool: &PgPool, id: &str) -> Result<Option<Sender>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, state, version, first_seen_at, last_seen_at, held_stored, held_overflow
-         FROM senders WHERE id = $1",
+        "SELECT id, state, version, first_seen_at, last_seen_at, created_in_app_at, held_stored,
+             held_overflow, accepted, linked_to, repeat_offender, first_address,
+             (SELECT count(*) FROM invites i WHERE i.sender_id = s.id AND i.status = 'sent') AS sent
+         FROM senders s WHERE id = $1",
     )
     .bind(id)
     .fetch_optional(pool)
@@ -85,29 +122,79 @@ pub async fn find(pool: &PgPool, id: &str) -> Result<Option<Sender>, sqlx::Error
 pub struct RecordedFlag {
     pub created_at: Time,
     pub rule_name: String,
+    pub signal: String,
+    pub action: String,
     pub observed: i64,
     pub limit_count: i64,
     pub window_secs: i64,
+    pub repeat: bool,
 }
 
 /// The sender's fifty latest flags.
 pub async fn flags(pool: &PgPool, id: &str) -> Result<Vec<RecordedFlag>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT created_at, rule_name, observed, limit_count, window_secs FROM flags
-         WHERE sender_id = $1 ORDER BY created_at DESC LIMIT 50",
+        "SELECT created_at, rule_name, signal, action, observed, limit_count, window_secs, repeat
+         FROM flags WHERE sender_id = $1 ORDER BY created_at DESC LIMIT 50",
     )
     .bind(id)
     .fetch_all(pool)
     .await
 }
 
-/// An invite as the sender page lists it, with the record of why it got its status.
+/// An invite as the sender page lists it, with the record of why it got its status and the
+/// sender's words.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SentInvite {
+    pub id: uuid::Uuid,
     pub created_at: Time,
     pub recipient: String,
     pub status: String,
     pub decision: serde_json::Value,
+    pub resource: Option<String>,
+    pub message: Option<String>,
+    pub sender_name: Option<String>,
+}
+
+/// The sender's held invites, newest first, at most 100.
+pub async fn held(pool: &PgPool, id: &str) -> Result<Vec<SentInvite>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, created_at, recipient, status, decision, resource, message, sender_name
+         FROM invites WHERE sender_id = $1 AND status = 'held'
+         ORDER BY created_at DESC LIMIT 100",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+}
+
+/// A reviewer's note.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Note {
+    pub created_at: Time,
+    pub author: String,
+    pub body: String,
+}
+
+/// The notes on a sender, newest first.
+pub async fn notes(pool: &PgPool, id: &str) -> Result<Vec<Note>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT created_at, author, body FROM sender_notes WHERE sender_id = $1
+         ORDER BY created_at DESC LIMIT 100",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+}
+
+/// Outcomes of the sender's invites in the last day: bounces and complaints.
+pub async fn outcomes_last_day(pool: &PgPool, id: &str) -> Result<(i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE type = 'bounce'), count(*) FILTER (WHERE type = 'complaint')
+         FROM outcomes WHERE sender_id = $1 AND at > now() - interval '1 day'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
 }
 
 /// `limit` of the sender's invites, newest first, after skipping `offset`.

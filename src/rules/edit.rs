@@ -1,26 +1,27 @@
-//! Creating and editing rules from the dashboard: validation with an error per field, saves
-//! that refuse a rule changed since the form was loaded, an audit entry each, and a backtest
-//! of a proposed rule on the last 24 hours of recorded invites.
+//! Creating and editing rules (from the dashboard and from a rules file): validation with an
+//! error per field, saves that refuse a rule changed since it was read, an audit entry each.
 
-use std::collections::HashSet;
 use std::str::FromStr;
 
 use serde_json::json;
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 
-use super::{Action, Scope, Subjects};
+use super::{Action, Scope, Signal, quota_for};
 use crate::audit::{self, Entry};
-use crate::limiter::{Algorithm, Check, KeyPrefix, MAX_LIMIT, MemoryStore, Quota};
+use crate::limiter::{Algorithm, EdgeMode, MAX_DISTINCT_LIMIT, MAX_LIMIT, Quota};
 
-/// A rule as typed into the form.
+/// A rule as typed into the form, or written in a rules file.
 #[derive(Debug, Clone, Default)]
 pub struct RuleInput {
     pub name: String,
     pub scope: String,
+    pub signal: String,
     pub limit: String,
+    /// Seconds, or a number with a unit: `30s`, `15m`, `1h`, `1d`.
     pub window: String,
     pub algorithm: String,
     pub action: String,
+    pub new_senders_only: bool,
     pub enabled: bool,
 }
 
@@ -29,19 +30,69 @@ pub struct RuleInput {
 pub struct FieldErrors {
     pub name: Option<String>,
     pub scope: Option<String>,
+    pub signal: Option<String>,
     pub limit: Option<String>,
     pub window: Option<String>,
     pub algorithm: Option<String>,
     pub rule_action: Option<String>,
 }
 
+impl FieldErrors {
+    /// Each error with the name of its field, in the form's order.
+    pub fn named(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("name", &self.name),
+            ("scope", &self.scope),
+            ("signal", &self.signal),
+            ("limit", &self.limit),
+            ("window", &self.window),
+            ("algorithm", &self.algorithm),
+            ("action", &self.rule_action),
+        ]
+        .into_iter()
+        .filter_map(|(field, e)| e.as_deref().map(|e| (field, e)))
+        .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidRule {
     pub name: String,
     pub scope: Scope,
+    pub signal: Signal,
+    /// The algorithm the rule names (distinct signals count with their own, see `quota`).
+    pub algorithm: Algorithm,
     pub quota: Quota,
     pub action: Action,
+    pub new_senders_only: bool,
     pub enabled: bool,
+}
+
+/// A window in seconds from `90`, `30s`, `15m`, `1h` or `1d`.
+pub fn parse_window(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    number.parse::<i64>().ok()?.checked_mul(unit)
+}
+
+/// A window as the rules file writes it: in its largest whole unit.
+pub fn window_text(secs: i64) -> String {
+    match secs {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 /// Longest window a rule may have: thirty days.
@@ -62,38 +113,70 @@ pub fn validate(input: &RuleInput) -> Result<ValidRule, Box<FieldErrors>> {
         );
     }
     let scope = Scope::from_str(input.scope.trim()).map_err(|e| errors.scope = Some(e));
-    let limit = match input.limit.trim().parse::<i64>() {
-        Ok(n) if (1..=MAX_LIMIT as i64).contains(&n) => Some(n),
-        _ => {
-            errors.limit = Some(format!("a whole number from 1 to {MAX_LIMIT}"));
-            None
-        }
-    };
-    let window = match input.window.trim().parse::<i64>() {
-        Ok(n) if (1..=MAX_WINDOW_SECS).contains(&n) => Some(n),
-        _ => {
-            errors.window = Some(format!(
-                "a whole number of seconds from 1 to {MAX_WINDOW_SECS}"
-            ));
-            None
-        }
+    let signal_text = input.signal.trim();
+    let signal = if signal_text.is_empty() {
+        Ok(Signal::Invites)
+    } else {
+        Signal::from_str(signal_text).map_err(|e| errors.signal = Some(e))
     };
     let algorithm =
         Algorithm::from_str(input.algorithm.trim()).map_err(|e| errors.algorithm = Some(e));
+    // A limit of 0 (any occurrence is over) suits every algorithm but the token bucket.
+    let max = match &signal {
+        Ok(s) if s.is_distinct() => MAX_DISTINCT_LIMIT,
+        _ => MAX_LIMIT,
+    };
+    let min = match (&signal, &algorithm) {
+        (Ok(s), Ok(Algorithm::TokenBucket { .. })) if !s.is_distinct() => 1,
+        _ => 0,
+    };
+    let limit = match input.limit.trim().parse::<i64>() {
+        Ok(n) if (min as i64..=max as i64).contains(&n) => Some(n),
+        _ => {
+            errors.limit = Some(format!("a whole number from {min} to {max}"));
+            None
+        }
+    };
+    let window = match parse_window(&input.window) {
+        Some(n) if (1..=MAX_WINDOW_SECS).contains(&n) => Some(n),
+        _ => {
+            errors.window =
+                Some("from 1 second to 30 days: seconds, or a number with s, m, h or d".into());
+            None
+        }
+    };
     let action = Action::from_str(input.action.trim()).map_err(|e| errors.rule_action = Some(e));
-    match (scope, limit, window, algorithm, action) {
-        (Ok(scope), Some(limit), Some(window), Ok(algorithm), Ok(action)) if name_ok => {
-            let mut quota = Quota::new(limit as u64, window as u64, algorithm);
-            quota.count_over_limit = action.counts_over_limit();
+    match (scope, signal, limit, window, algorithm, action) {
+        (Ok(scope), Ok(signal), Some(limit), Some(window), Ok(algorithm), Ok(action))
+            if name_ok =>
+        {
             Ok(ValidRule {
                 name: name.to_owned(),
                 scope,
-                quota,
+                signal,
+                algorithm,
+                quota: quota_for(signal, limit as u64, window as u64, algorithm, action),
                 action,
+                new_senders_only: input.new_senders_only,
                 enabled: input.enabled,
             })
         }
         _ => Err(Box::new(errors)),
+    }
+}
+
+/// The algorithm a rule is written with in a rules file: the family, and the edge apart.
+pub fn algorithm_parts(algorithm: Algorithm) -> (&'static str, Option<&'static str>) {
+    match algorithm {
+        Algorithm::HashCounters(EdgeMode::Harsh) => ("hash_counters", Some("harsh")),
+        Algorithm::HashCounters(EdgeMode::Lenient) => ("hash_counters", Some("lenient")),
+        Algorithm::HashCounters(EdgeMode::Weighted) => ("hash_counters", Some("weighted")),
+        Algorithm::FixedWindow => ("fixed_window", None),
+        Algorithm::SlidingWindow => ("sliding_window", None),
+        Algorithm::TokenBucket { strict: false } => ("token_bucket", None),
+        Algorithm::TokenBucket { strict: true } => ("token_bucket:strict", None),
+        Algorithm::SlidingLog => ("sliding_log", None),
+        Algorithm::Distinct => ("distinct", None),
     }
 }
 
@@ -110,7 +193,7 @@ pub enum SaveError {
 }
 
 /// The audit entry of a rule saved by `actor`, with the rule as saved.
-async fn audit_rule(
+pub(super) async fn audit_rule(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     actor: &str,
     action: &str,
@@ -131,10 +214,12 @@ fn detail(rule: &ValidRule) -> serde_json::Value {
     json!({
         "name": rule.name,
         "scope": rule.scope.as_str(),
+        "signal": rule.signal.as_str(),
         "limit": rule.quota.limit,
         "window_secs": rule.quota.window_ms / 1000,
-        "algorithm": rule.quota.algorithm.to_string(),
+        "algorithm": rule.algorithm.to_string(),
         "action": rule.action.as_str(),
+        "new_senders_only": rule.new_senders_only,
         "enabled": rule.enabled,
     })
 }
@@ -146,23 +231,34 @@ pub async fn create(
     note: Option<&str>,
 ) -> Result<i64, SaveError> {
     let mut tx = pool.begin().await?;
-    let id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO rules (name, scope, limit_count, window_secs, algorithm, action, enabled)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING RETURNING id",
-    )
-    .bind(&rule.name)
-    .bind(rule.scope.as_str())
-    .bind(rule.quota.limit as i64)
-    .bind((rule.quota.window_ms / 1000) as i64)
-    .bind(rule.quota.algorithm.to_string())
-    .bind(rule.action.as_str())
-    .bind(rule.enabled)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let id = id.ok_or_else(|| SaveError::NameTaken(rule.name.clone()))?;
+    let id = insert(&mut *tx, rule).await?;
     audit_rule(&mut tx, actor, "rule_create", id, rule, note).await?;
     tx.commit().await?;
     Ok(id)
+}
+
+/// Inserts a new rule; its id.
+pub(super) async fn insert<'e>(
+    db: impl PgExecutor<'e>,
+    rule: &ValidRule,
+) -> Result<i64, SaveError> {
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO rules (name, scope, signal, limit_count, window_secs, algorithm, action,
+             new_senders_only, enabled)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING RETURNING id",
+    )
+    .bind(&rule.name)
+    .bind(rule.scope.as_str())
+    .bind(rule.signal.as_str())
+    .bind(rule.quota.limit as i64)
+    .bind((rule.quota.window_ms / 1000) as i64)
+    .bind(rule.algorithm.to_string())
+    .bind(rule.action.as_str())
+    .bind(rule.new_senders_only)
+    .bind(rule.enabled)
+    .fetch_optional(db)
+    .await?;
+    id.ok_or_else(|| SaveError::NameTaken(rule.name.clone()))
 }
 
 /// Saves an edit made on version `seen_version` of rule `id`. The name stays.
@@ -184,20 +280,7 @@ pub async fn update(
     if version != seen_version {
         return Err(SaveError::Stale);
     }
-    sqlx::query(
-        "UPDATE rules SET scope = $2, limit_count = $3, window_secs = $4, algorithm = $5,
-             action = $6, enabled = $7, version = version + 1, updated_at = now()
-         WHERE id = $1",
-    )
-    .bind(id)
-    .bind(rule.scope.as_str())
-    .bind(rule.quota.limit as i64)
-    .bind((rule.quota.window_ms / 1000) as i64)
-    .bind(rule.quota.algorithm.to_string())
-    .bind(rule.action.as_str())
-    .bind(rule.enabled)
-    .execute(&mut *tx)
-    .await?;
+    overwrite(&mut *tx, id, rule).await?;
     let mut saved = rule.clone();
     saved.name = name;
     audit_rule(&mut tx, actor, "rule_update", id, &saved, note).await?;
@@ -205,75 +288,30 @@ pub async fn update(
     Ok(())
 }
 
-/// The result of replaying recorded invites through a proposed rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backtest {
-    pub invites: usize,
-    /// Subjects (senders, addresses, …) that would have gone over the limit at least once.
-    pub tripped: usize,
-    /// Invites that would have been over the limit.
-    pub over: usize,
-    pub truncated: bool,
-}
-
-/// Invites replayed at most, newest first: a bound on the page's cost.
-const BACKTEST_MAX: i64 = 200_000;
-
-/// A recorded invite as a backtest replays it.
-#[derive(sqlx::FromRow)]
-struct Replayed {
-    sender_id: String,
-    sender_ip: Option<String>,
-    recipient: String,
-    recipient_domain: String,
-    created_at: chrono::DateTime<chrono::Utc>,
-}
-
-/// The last 24 hours of invites that a backtest replays, newest first.
-pub const BACKTEST_INVITES: &str =
-    "SELECT sender_id, sender_ip, recipient, recipient_domain, created_at FROM invites
-         WHERE created_at > now() - interval '24 hours'
-         ORDER BY created_at DESC LIMIT $1";
-
-/// Replays the last 24 hours of recorded invites, with their own timestamps, through `rule` in
-/// the in-process limiter.
-pub async fn backtest(pool: &PgPool, rule: &ValidRule) -> Result<Backtest, sqlx::Error> {
-    let mut rows: Vec<Replayed> = sqlx::query_as(BACKTEST_INVITES)
-        .bind(BACKTEST_MAX + 1)
-        .fetch_all(pool)
-        .await?;
-    let truncated = rows.len() as i64 > BACKTEST_MAX;
-    rows.truncate(BACKTEST_MAX as usize);
-    rows.reverse();
-    let store = MemoryStore::new();
-    let keys = KeyPrefix::default();
-    let mut tripped = HashSet::new();
-    let mut over = 0;
-    for row in &rows {
-        let of = Subjects {
-            sender_id: &row.sender_id,
-            sender_ip: row.sender_ip.as_deref(),
-            recipient: &row.recipient,
-            recipient_domain: &row.recipient_domain,
-        };
-        let Some(subject) = rule.scope.subject(&of) else {
-            continue;
-        };
-        let key = keys.key(&subject, &rule.name, &rule.quota);
-        let check = Check::new(&key, &rule.quota, 1);
-        let at_ms = row.created_at.timestamp_millis().max(0) as u64;
-        let decision = store.check_batch(&[check], Some(at_ms));
-        if decision.iter().any(|d| !d.allowed) {
-            over += 1;
-            tripped.insert(subject);
-        }
-    }
-    Ok(Backtest {
-        invites: rows.len(),
-        tripped: tripped.len(),
-        over,
-        truncated,
-    })
+/// Writes every setting of rule `id` but its name.
+pub(super) async fn overwrite<'e>(
+    db: impl PgExecutor<'e>,
+    id: i64,
+    rule: &ValidRule,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE rules SET scope = $2, signal = $3, limit_count = $4, window_secs = $5,
+             algorithm = $6, action = $7, new_senders_only = $8, enabled = $9,
+             version = version + 1, updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(rule.scope.as_str())
+    .bind(rule.signal.as_str())
+    .bind(rule.quota.limit as i64)
+    .bind((rule.quota.window_ms / 1000) as i64)
+    .bind(rule.algorithm.to_string())
+    .bind(rule.action.as_str())
+    .bind(rule.new_senders_only)
+    .bind(rule.enabled)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -284,10 +322,12 @@ mod tests {
         RuleInput {
             name: "sender-burst".into(),
             scope: "sender".into(),
+            signal: "invites".into(),
             limit: "5".into(),
             window: "60".into(),
             algorithm: "hash_counters".into(),
             action: "shadow_ban".into(),
+            new_senders_only: false,
             enabled: true,
         }
     }
@@ -306,7 +346,7 @@ mod tests {
     fn each_bad_field_gets_its_own_error() {
         let mut bad = input();
         bad.name = "Bad Name".into();
-        bad.limit = "0".into();
+        bad.limit = "-1".into();
         bad.window = "ten".into();
         bad.algorithm = "magic".into();
         let errors = validate(&bad).expect_err("invalid");
@@ -315,5 +355,37 @@ mod tests {
         assert!(errors.window.is_some());
         assert!(errors.algorithm.is_some());
         assert!(errors.scope.is_none() && errors.rule_action.is_none());
+    }
+
+    #[test]
+    fn windows_take_units_and_limits_may_be_zero() {
+        assert_eq!(parse_window("90"), Some(90));
+        assert_eq!(parse_window("15m"), Some(900));
+        assert_eq!(parse_window("1d"), Some(86_400));
+        assert_eq!(parse_window("1w"), None);
+        assert_eq!(window_text(86_400), "1d");
+        assert_eq!(window_text(5400), "90m");
+        let mut links = input();
+        links.signal = "links".into();
+        links.limit = "0".into();
+        links.action = "hold".into();
+        links.window = "1d".into();
+        let rule = validate(&links).expect("limit 0 for any occurrence");
+        assert_eq!((rule.quota.limit, rule.signal), (0, Signal::Links));
+        let mut bucket = input();
+        bucket.algorithm = "token_bucket".into();
+        bucket.limit = "0".into();
+        assert!(
+            validate(&bucket)
+                .expect_err("no zero bucket")
+                .limit
+                .is_some()
+        );
+        let mut distinct = input();
+        distinct.signal = "distinct_recipients".into();
+        distinct.limit = "100".into();
+        let rule = validate(&distinct).expect("distinct");
+        assert_eq!(rule.quota.algorithm, Algorithm::Distinct);
+        assert_eq!(rule.algorithm, Algorithm::HashCounters(EdgeMode::Harsh));
     }
 }

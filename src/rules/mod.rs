@@ -10,7 +10,10 @@ use sqlx::PgPool;
 
 use crate::limiter::{Algorithm, Quota};
 
+pub mod backtest;
 pub mod edit;
+pub mod file;
+pub mod simulate;
 
 /// What a rule counts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,19 +73,23 @@ impl FromStr for Scope {
     }
 }
 
-/// What happens when a rule is exceeded, weakest first: the strongest breached action wins.
+/// What happens when a rule is exceeded, weakest first: the strongest breached action wins
+/// (DESIGN.md §2: shadow_ban > reject > hold > suppress > monitor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Action {
     Monitor,
     Suppress,
+    /// Hold this one invite for review and flag the sender, whose state does not change.
+    Hold,
     Reject,
     ShadowBan,
 }
 
 impl Action {
-    pub const ALL: [Action; 4] = [
+    pub const ALL: [Action; 5] = [
         Action::Monitor,
         Action::Suppress,
+        Action::Hold,
         Action::Reject,
         Action::ShadowBan,
     ];
@@ -91,15 +98,78 @@ impl Action {
         match self {
             Action::Monitor => "monitor",
             Action::Suppress => "suppress",
+            Action::Hold => "hold",
             Action::Reject => "reject",
             Action::ShadowBan => "shadow_ban",
         }
     }
 
-    /// Shadow-ban and monitor rules keep counting past the limit: a spammer who keeps going
-    /// stays over, and a monitor shows the true volume.
+    /// Shadow-ban, hold and monitor rules keep counting past the limit: a spammer who keeps
+    /// going stays over, and a monitor shows the true volume.
     pub fn counts_over_limit(self) -> bool {
-        matches!(self, Action::ShadowBan | Action::Monitor)
+        matches!(self, Action::ShadowBan | Action::Hold | Action::Monitor)
+    }
+
+    /// Whether a breach flags the sender for review.
+    pub fn flags(self) -> bool {
+        matches!(self, Action::ShadowBan | Action::Hold)
+    }
+}
+
+/// What a rule counts (DESIGN.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Signal {
+    /// Each invite.
+    #[default]
+    Invites,
+    /// Distinct recipient addresses in the window.
+    DistinctRecipients,
+    /// Distinct recipient domains in the window.
+    DistinctDomains,
+    /// Invites whose text carries a URL, a domain name or an email address.
+    Links,
+    /// Bounces reported later (events, permanent SMTP refusals).
+    Bounces,
+    /// Complaints reported later (events, the report link in the email).
+    Complaints,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 6] = [
+        Signal::Invites,
+        Signal::DistinctRecipients,
+        Signal::DistinctDomains,
+        Signal::Links,
+        Signal::Bounces,
+        Signal::Complaints,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Invites => "invites",
+            Signal::DistinctRecipients => "distinct_recipients",
+            Signal::DistinctDomains => "distinct_domains",
+            Signal::Links => "links",
+            Signal::Bounces => "bounces",
+            Signal::Complaints => "complaints",
+        }
+    }
+
+    /// Counted when an outcome arrives, after the invite; an invite only reads the count.
+    pub fn is_outcome(self) -> bool {
+        matches!(self, Signal::Bounces | Signal::Complaints)
+    }
+
+    /// Counts distinct members rather than occurrences.
+    pub fn is_distinct(self) -> bool {
+        matches!(self, Signal::DistinctRecipients | Signal::DistinctDomains)
+    }
+}
+
+impl FromStr for Signal {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::names::parse(&Signal::ALL, Signal::as_str, s, "signal")
     }
 }
 
@@ -121,10 +191,34 @@ pub struct Rule {
     pub id: i64,
     pub name: String,
     pub scope: Scope,
+    pub signal: Signal,
+    /// The algorithm the rule names (distinct signals count with their own, see `quota`).
+    pub algorithm: Algorithm,
     pub quota: Quota,
     pub action: Action,
+    /// Applies only to new senders (DESIGN.md §2).
+    pub new_senders_only: bool,
     pub enabled: bool,
     pub version: i64,
+}
+
+/// The quota a rule of `signal` with `algorithm` asks of the limiter: distinct signals count
+/// with the distinct algorithm, whatever else the rule names.
+pub fn quota_for(
+    signal: Signal,
+    limit: u64,
+    window_secs: u64,
+    algorithm: Algorithm,
+    action: Action,
+) -> Quota {
+    let algorithm = if signal.is_distinct() {
+        Algorithm::Distinct
+    } else {
+        algorithm
+    };
+    let mut quota = Quota::new(limit, window_secs, algorithm);
+    quota.count_over_limit = action.counts_over_limit();
+    quota
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +239,8 @@ struct RuleRow {
     window_secs: i64,
     algorithm: String,
     action: String,
+    signal: String,
+    new_senders_only: bool,
     enabled: bool,
     version: i64,
 }
@@ -160,23 +256,32 @@ impl TryFrom<RuleRow> for Rule {
         let algorithm = Algorithm::from_str(&row.algorithm).map_err(invalid)?;
         let action = Action::from_str(&row.action).map_err(invalid)?;
         let scope = Scope::from_str(&row.scope).map_err(invalid)?;
-        let mut quota = Quota::new(row.limit_count as u64, row.window_secs as u64, algorithm);
-        quota.count_over_limit = action.counts_over_limit();
+        let signal = Signal::from_str(&row.signal).map_err(invalid)?;
+        let quota = quota_for(
+            signal,
+            row.limit_count as u64,
+            row.window_secs as u64,
+            algorithm,
+            action,
+        );
         quota.validate().map_err(|e| invalid(e.to_string()))?;
         Ok(Rule {
             id: row.id,
             name: row.name,
             scope,
+            signal,
+            algorithm,
             quota,
             action,
+            new_senders_only: row.new_senders_only,
             enabled: row.enabled,
             version: row.version,
         })
     }
 }
 
-const SELECT_RULES: &str =
-    "SELECT id, name, scope, limit_count, window_secs, algorithm, action, enabled, version
+const SELECT_RULES: &str = "SELECT id, name, scope, limit_count, window_secs, algorithm, action,
+         signal, new_senders_only, enabled, version
      FROM rules";
 
 /// Every rule, by name.

@@ -87,6 +87,10 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     for n in 0..7 {
         invite("eager".into(), format!("e{n}@example.com")).await;
     }
+    // A new sender's link: that one invite is held for review.
+    let link = api.invite(json!({"sender_id": "fresh", "recipient": "f@example.net",
+        "sender_name": "Fresh", "message": "Claim your prize at http://scam.example now"}));
+    assert_eq!(link.await.status(), StatusCode::OK);
     assert_eq!(settle().await, 5);
     b.goto(&format!("{base}/admin/queue")).await;
     assert!(b.wait_for_text("Review queue").await);
@@ -128,6 +132,14 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     .await
     .expect("held");
     assert_eq!(held, 3);
+
+    // The link-held invite: its text with the link marked, released on its own.
+    b.goto(&format!("{base}/admin/senders/fresh")).await;
+    assert!(b.wait_for_text("<mark>http://scam.example</mark>").await);
+    b.screenshot(&shot("sender-held")).await;
+    b.click("button[value='release']").await;
+    assert!(b.wait_for_text("Done: the invite was decided.").await);
+    assert_eq!(settle().await, 13, "the released invite is delivered");
 
     // A form posted with this browser's session but without the page's CSRF token: refused.
     let session = b.cookie("sg_session").await.expect("session cookie");

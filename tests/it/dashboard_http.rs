@@ -439,3 +439,68 @@ async fn hostile_input_is_shown_escaped() {
         assert!(html.contains("&lt;script&gt;") || html.contains("&#60;script&#62;"));
     }
 }
+
+/// A link-held invite of an active sender waits in the queue; the reviewer sees its text with
+/// the link marked, releases it alone (it is delivered), and leaves a note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_invite_is_reviewed_and_released_on_its_own() {
+    let stage = Stage::new("dashhold").await;
+    let (status, id) = stage
+        .api
+        .send(
+            serde_json::json!({"sender_id": "linky", "recipient": "h@example.com",
+            "message": "<b>Win</b> at prize[.]example.com"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let id = id.expect("id");
+    stage.invite("linky", "clean@example.com").await;
+    assert_eq!(stage.settle().await, 1, "only the clean invite goes out");
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(
+        queue.contains("/admin/senders/linky") && queue.contains("new-sender-links"),
+        "{queue}"
+    );
+    assert!(
+        queue.contains("&#60;b&#62;Win&#60;/b&#62;") && !queue.contains("<b>Win"),
+        "the held text, escaped: {queue}"
+    );
+    let (_, page) = stage.get(&browser, "/admin/senders/linky").await;
+    assert!(page.contains("<mark>prize[.]example.com</mark>"), "{page}");
+    let csrf = hidden(&page, "csrf");
+    let release = browser
+        .post(format!("{}/admin/senders/linky/invites/{id}", stage.base))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("sender", "linky"),
+            ("decision", "release"),
+        ])
+        .send()
+        .await
+        .expect("release");
+    assert_eq!(release.status(), StatusCode::SEE_OTHER);
+    assert_eq!(stage.settle().await, 2, "the released invite is delivered");
+    let note = browser
+        .post(format!("{}/admin/senders/linky/notes", stage.base))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("sender", "linky"),
+            ("body", "known customer, ok"),
+        ])
+        .send()
+        .await
+        .expect("note");
+    assert_eq!(note.status(), StatusCode::SEE_OTHER);
+    let (_, page) = stage.get(&browser, "/admin/senders/linky").await;
+    assert!(
+        page.contains("known customer, ok") && page.contains("release_invite"),
+        "{page}"
+    );
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(
+        !queue.contains("/admin/senders/linky"),
+        "nothing held: off the queue"
+    );
+}

@@ -25,14 +25,22 @@ const SEED: &[&str] = &[
          CASE WHEN n % 8 = 7 THEN now() END
      FROM generate_series(1, 1000000) n",
     "INSERT INTO audit_log (actor, action, sender_id, at)
-     SELECT CASE WHEN n % 10 = 0 THEN 'alice' ELSE 'system' END, 'shadow_ban',
+     SELECT CASE WHEN n % 10 = 0 THEN 'alice' ELSE 'system' END,
+         CASE WHEN n % 500 = 0 THEN 'confirm_ban' ELSE 'shadow_ban' END,
          'u' || (n % 20000 + 1), now() - n * interval '30 seconds'
      FROM generate_series(1, 200000) n",
+    // A bounce or a complaint for one invite in forty.
+    "INSERT INTO outcomes (invite_id, type, sender_id, at)
+     SELECT id, CASE WHEN random() < 0.5 THEN 'bounce' ELSE 'complaint' END, sender_id,
+         created_at + interval '1 minute'
+     FROM invites TABLESAMPLE SYSTEM (2.5)",
+    // Some active senders hold invites for review (a `hold` rule), as the queue lists them.
+    "UPDATE senders SET held_stored = 1 WHERE id LIKE 'u%7'",
     "ANALYZE",
 ];
 
 /// Tables that grow with traffic or time.
-const GROWING: [&str; 4] = ["invites", "audit_log", "senders", "flags"];
+const GROWING: [&str; 5] = ["invites", "audit_log", "senders", "flags", "outcomes"];
 
 /// The scans of whole growing tables in a plan, with the relation each reads.
 fn full_scans(plan: &Value, found: &mut Vec<String>) {
@@ -111,8 +119,18 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
         ),
         (
             "rule backtest",
-            sendguard::rules::edit::BACKTEST_INVITES,
+            sendguard::rules::backtest::BACKTEST_INVITES,
             vec![Int8(200_001)],
+        ),
+        (
+            "rule backtest: outcomes",
+            sendguard::rules::backtest::BACKTEST_OUTCOMES,
+            vec![Int8(200_000)],
+        ),
+        (
+            "rule backtest: reviewers' decisions",
+            sendguard::rules::backtest::DECISIONS,
+            vec![],
         ),
         (
             "outbox claim",

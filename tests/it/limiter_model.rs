@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use crate::support::reference::Reference;
 use proptest::prelude::*;
 use sendguard::limiter::algorithms::State;
-use sendguard::limiter::{Algorithm, Limiter, Quota, RedisStore};
+use sendguard::limiter::{Algorithm, Check, Limiter, Quota, RedisStore};
 
 const WINDOWS: [u64; 3] = [60, 3600, 86_400];
 /// A day boundary, so fixed windows of every length line up.
@@ -176,6 +176,108 @@ proptest! {
                 .block_on(limiter.check(&key, &quota, cost, Some(t)))
                 .expect("decision");
             prop_assert_eq!(got, expected, "step {} at t={} cost={}", n, t, cost);
+        }
+        runtime().block_on(limiter.clear(&[(&key, &quota)])).expect("clear");
+    }
+}
+
+/// A distinct rule: a small limit, windows of every length, counting over the limit or not.
+fn distinct_rule() -> impl Strategy<Value = Quota> {
+    (0..WINDOWS.len(), 0u64..6, any::<bool>()).prop_map(|(w, limit, over)| Quota {
+        limit,
+        window_ms: WINDOWS[w] * 1000,
+        algorithm: Algorithm::Distinct,
+        count_over_limit: over,
+    })
+}
+
+/// (step in ms, which of a few members, cost 0 or 1): few members, so the same ones come back.
+/// Half the cases also step back in time.
+fn distinct_case() -> impl Strategy<Value = (Quota, u64, Vec<(i64, u64, u64)>)> {
+    (distinct_rule(), any::<bool>()).prop_flat_map(|(quota, late)| {
+        let w_ms = quota.window_ms as i64;
+        let sub = w_ms / 60;
+        let back = if late { 1 } else { 0 };
+        let step = prop_oneof![
+            5 => 0..sub / 2,
+            2 => sub - 3..sub + 3,
+            2 => 0..2 * w_ms,
+            back => -(2 * sub)..0,
+        ];
+        let cost = prop_oneof![1 => Just(0u64), 6 => Just(1u64)];
+        (
+            Just(quota),
+            0..quota.window_ms,
+            prop::collection::vec((step, 0u64..9, cost), 1..80),
+        )
+    })
+}
+
+/// The plainest reading of a distinct count, for time that moves forward: every admitted
+/// member with the sub-window it was last admitted in, counted while that is one of the last 61.
+fn distinct_reference(
+    seen: &mut std::collections::HashMap<u64, u64>,
+    quota: &Quota,
+    member: u64,
+    cost: u64,
+    t: u64,
+) -> (bool, u64) {
+    let sub = t * 60 / quota.window_ms;
+    let live = |last: u64| last + 61 > sub;
+    let known = seen.get(&member).is_some_and(|&last| live(last));
+    let count = seen.values().filter(|&&last| live(last)).count() as u64;
+    let fresh = cost > 0 && !known;
+    let after = count + u64::from(fresh);
+    let allowed = after <= quota.limit;
+    let keep = fresh && (allowed || (quota.count_over_limit && count == quota.limit));
+    if cost > 0 && (known || keep) {
+        seen.insert(member, sub);
+    }
+    (allowed, if fresh && !keep { count } else { after })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(300)))]
+
+    /// The in-process mirror against the plain reading, and the script against the mirror
+    /// (whole decisions, late events included): a recipient counted twice, or one forgotten
+    /// early, shows up here.
+    #[test]
+    fn distinct_counts_match_the_reference_and_the_script((quota, offset, ops) in distinct_case()) {
+        let limiter = Limiter::Redis(store().clone());
+        let key = crate::support::unique_prefix("distinct").key("sender:p", "rule", &quota);
+        let mut engine = State::new(quota.algorithm);
+        let mut seen = std::collections::HashMap::new();
+        let mut t = DAY_START + offset;
+        let mut newest = t;
+        for (n, &(step, member, cost)) in ops.iter().enumerate() {
+            t = t.saturating_add_signed(step);
+            let expected = if cost == 0 {
+                engine.clone().decide_member(&quota, cost, Some(member), t)
+            } else {
+                engine.decide_member(&quota, cost, Some(member), t)
+            };
+            if t >= newest {
+                newest = t;
+                let (allowed, count) = distinct_reference(&mut seen, &quota, member, cost, t);
+                prop_assert_eq!(
+                    (expected.allowed, expected.count),
+                    (allowed, count),
+                    "mirror vs reference, step {} at t={} member={} cost={}", n, t, member, cost
+                );
+            } else {
+                // A late event: the reference has no reading for it, the mirror and the script
+                // judge it at the newest sub-window; from here on only they are compared.
+                seen.clear();
+                newest = u64::MAX;
+            }
+            let check = Check { member: Some(member), ..Check::new(&key, &quota, cost) };
+            let got = runtime()
+                .block_on(limiter.check_batch(&[check], Some(t)))
+                .expect("decision")
+                .pop()
+                .expect("one answer");
+            prop_assert_eq!(got, expected, "script vs mirror, step {} at t={} member={} cost={}", n, t, member, cost);
         }
         runtime().block_on(limiter.clear(&[(&key, &quota)])).expect("clear");
     }

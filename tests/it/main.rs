@@ -20,5 +20,6 @@ mod redis_failure;
 mod retention;
 mod shadow_leaks;
 mod shutdown;
+mod signals;
 mod slow_clients;
 mod support;

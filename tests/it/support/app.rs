@@ -163,6 +163,8 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         mail_from: "sendguard <no-reply@sendguard.test>".into(),
         public_url: "http://127.0.0.1:8080".into(),
         held_cap: 1000,
+        new_sender_days: 7,
+        repeat_auto_confirm: false,
         mail_max_attempts: 8,
         mail_retry_base_ms: 100,
         mail_lease_secs: 60,
@@ -232,8 +234,18 @@ impl Stage {
 
     /// As `start`, with the settings adjusted by `adjust` first.
     pub async fn start_with(test: &str, sql: &[&str], adjust: impl FnOnce(&mut Config)) -> Stage {
-        let (db, pool) = migrated(test, sql).await;
         let sink = super::smtp::SmtpSink::start().await;
+        Self::start_sending_to(test, sql, sink, adjust).await
+    }
+
+    /// As `start_with`, sending to `sink`.
+    pub async fn start_sending_to(
+        test: &str,
+        sql: &[&str],
+        sink: super::smtp::SmtpSink,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Stage {
+        let (db, pool) = migrated(test, sql).await;
         let mut cfg = config(&db, Some(sink.url()));
         adjust(&mut cfg);
         let app = sendguard::start(&cfg).await.expect("start");

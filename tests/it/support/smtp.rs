@@ -26,6 +26,13 @@ impl SmtpSink {
 
     /// On a given port (to bring a sink back where a stopped one was).
     pub async fn start_on(port: u16) -> SmtpSink {
+        Self::start_refusing(port, &[]).await
+    }
+
+    /// A sink that refuses these recipients for good (550), as a mail server refuses an
+    /// unknown mailbox.
+    pub async fn start_refusing(port: u16, refused: &[&str]) -> SmtpSink {
+        let refused: Arc<Vec<String>> = Arc::new(refused.iter().map(|r| r.to_string()).collect());
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind sink");
@@ -34,9 +41,9 @@ impl SmtpSink {
         let store = messages.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let store = store.clone();
+                let (store, refused) = (store.clone(), refused.clone());
                 tokio::spawn(async move {
-                    let _ = session(stream, store).await;
+                    let _ = session(stream, store, &refused).await;
                 });
             }
         });
@@ -63,7 +70,11 @@ impl Drop for SmtpSink {
     }
 }
 
-async fn session(stream: TcpStream, store: Arc<Mutex<Vec<Received>>>) -> std::io::Result<()> {
+async fn session(
+    stream: TcpStream,
+    store: Arc<Mutex<Vec<Received>>>,
+    refused: &[String],
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     write.write_all(b"220 sink ESMTP\r\n").await?;
@@ -83,8 +94,13 @@ async fn session(stream: TcpStream, store: Arc<Mutex<Vec<Received>>>) -> std::io
         } else if upper.starts_with("MAIL FROM:") {
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("RCPT TO:") {
-            to.push(line[8..].trim().trim_matches(['<', '>']).to_owned());
-            write.write_all(b"250 ok\r\n").await?;
+            let rcpt = line[8..].trim().trim_matches(['<', '>']).to_owned();
+            if refused.contains(&rcpt) {
+                write.write_all(b"550 no such user\r\n").await?;
+            } else {
+                to.push(rcpt);
+                write.write_all(b"250 ok\r\n").await?;
+            }
         } else if upper.starts_with("DATA") {
             write.write_all(b"354 go ahead\r\n").await?;
             // The message itself is read to its end and not kept.

@@ -1,0 +1,99 @@
+//! Decisions on one held invite (release or discard) and reviewers' notes on a sender: forms of
+//! the sender page.
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::Dashboard;
+use super::auth::Admin;
+use super::error::AdminError;
+use super::format::{Notice, path_segment};
+use crate::moderation::review::{self, InviteDecision};
+
+/// A form of the sender page: it names the sender it was made for.
+fn same_sender(form_sender: &str, path_sender: &str) -> Result<(), AdminError> {
+    if form_sender == path_sender {
+        Ok(())
+    } else {
+        Err(AdminError::BadForm(
+            "this form was made for another sender; reload the page and decide again".into(),
+        ))
+    }
+}
+
+fn back(sender: &str, notice: Notice) -> Response {
+    Redirect::to(&format!(
+        "/admin/senders/{}?{}",
+        path_segment(sender),
+        notice.query()
+    ))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+pub(super) struct InviteForm {
+    csrf: String,
+    #[serde(default)]
+    sender: String,
+    decision: String,
+}
+
+pub(super) async fn decide_invite(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Path((sender, invite)): Path<(String, Uuid)>,
+    axum::Form(form): axum::Form<InviteForm>,
+) -> Result<Response, AdminError> {
+    admin.check_csrf(&form.csrf)?;
+    same_sender(&form.sender, &sender)?;
+    let decision = match form.decision.as_str() {
+        "release" => InviteDecision::Release,
+        "discard" => InviteDecision::Discard,
+        _ => return Err(AdminError::BadForm("decide release or discard".into())),
+    };
+    let changed = review::decide_invite(
+        &dashboard.pool,
+        &sender,
+        invite,
+        decision,
+        &admin.0.username,
+        Some(admin.0.admin_id),
+    )
+    .await?;
+    Ok(back(&sender, Notice::InviteDecided { changed }))
+}
+
+#[derive(Deserialize)]
+pub(super) struct NoteForm {
+    csrf: String,
+    #[serde(default)]
+    sender: String,
+    body: String,
+}
+
+pub(super) async fn add_note(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Path(sender): Path<String>,
+    axum::Form(form): axum::Form<NoteForm>,
+) -> Result<Response, AdminError> {
+    admin.check_csrf(&form.csrf)?;
+    same_sender(&form.sender, &sender)?;
+    let body = form.body.trim();
+    if body.is_empty() || body.chars().count() > 2000 {
+        return Err(AdminError::BadForm(
+            "a note has 1 to 2000 characters".into(),
+        ));
+    }
+    review::add_note(
+        &dashboard.pool,
+        &sender,
+        &admin.0.username,
+        Some(admin.0.admin_id),
+        body,
+    )
+    .await?;
+    Ok(back(&sender, Notice::NoteAdded))
+}

@@ -1,0 +1,454 @@
+//! What a proposed rule would have done: the last 24 hours of recorded invites (and outcomes)
+//! replayed through it, and, for a rule on senders, a score against the reviewers' own past
+//! decisions — of the senders whose bans were confirmed, how many it catches and how early; of
+//! those whose bans were lifted, how many it would have caught wrongly — with the limit that
+//! catches the most confirmed senders and no lifted one.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use sqlx::PgPool;
+
+use super::edit::ValidRule;
+use super::{Scope, Signal, Subjects};
+use crate::limiter::{Check, KeyPrefix, MemoryStore};
+use crate::signals::{self, links};
+
+type Time = chrono::DateTime<chrono::Utc>;
+
+/// Invites replayed at most, newest first: a bound on the page's cost.
+const BACKTEST_MAX: i64 = 200_000;
+
+/// The last 24 hours of invites that a backtest replays, newest first.
+pub const BACKTEST_INVITES: &str = "SELECT sender_id, sender_ip, recipient, recipient_domain,
+         resource, message, sender_name, created_at FROM invites
+     WHERE created_at > now() - interval '24 hours'
+     ORDER BY created_at DESC LIMIT $1";
+
+/// The last 24 hours of outcomes, with the subjects of their invites, newest first.
+pub const BACKTEST_OUTCOMES: &str = "SELECT o.type, o.at, i.sender_id, i.sender_ip, i.recipient,
+         i.recipient_domain FROM outcomes o JOIN invites i ON i.id = o.invite_id
+     WHERE o.at > now() - interval '24 hours'
+     ORDER BY o.at DESC LIMIT $1";
+
+/// The latest review decisions on senders, newest first.
+pub const DECISIONS: &str = "SELECT sender_id, action FROM audit_log
+     WHERE action IN ('confirm_ban', 'lift_and_release', 'lift_and_discard')
+       AND sender_id IS NOT NULL AND at > now() - interval '90 days'
+     ORDER BY at DESC LIMIT 5000";
+
+/// The result of a backtest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backtest {
+    pub invites: usize,
+    /// Subjects (senders, addresses, …) that would have gone over the limit at least once.
+    pub tripped: usize,
+    /// Invites that would have been over the limit.
+    pub over: usize,
+    pub truncated: bool,
+    /// The score against past decisions (rules on senders only).
+    pub score: Option<Score>,
+}
+
+/// How a rule's limit fares against the reviewers' decisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Score {
+    pub confirmed: usize,
+    pub lifted: usize,
+    /// The limit that catches the most confirmed senders while catching no lifted one.
+    pub suggested: Option<u64>,
+    /// Limits and what each catches, ascending.
+    pub rows: Vec<ScoreRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScoreRow {
+    pub limit: u64,
+    pub confirmed_caught: usize,
+    /// Of the confirmed senders caught, the median invite at which they were first over.
+    pub median_invites_to_catch: Option<usize>,
+    pub lifted_caught: usize,
+}
+
+/// A recorded invite as a backtest replays it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Replayed {
+    pub sender_id: String,
+    pub sender_ip: Option<String>,
+    pub recipient: String,
+    pub recipient_domain: String,
+    pub resource: Option<String>,
+    pub message: Option<String>,
+    pub sender_name: Option<String>,
+    pub created_at: Time,
+}
+
+impl Replayed {
+    fn has_links(&self) -> bool {
+        [&self.resource, &self.message, &self.sender_name]
+            .into_iter()
+            .flatten()
+            .any(|text| links::has_link(text))
+    }
+
+    /// What the invite adds to a rule of `signal`, and the member a distinct count counts.
+    fn cost(&self, signal: Signal) -> (u64, Option<u64>) {
+        match signal {
+            Signal::Invites => (1, None),
+            Signal::Links => (u64::from(self.has_links()), None),
+            Signal::DistinctRecipients => (1, Some(signals::member(&self.recipient))),
+            Signal::DistinctDomains => (1, Some(signals::member(&self.recipient_domain))),
+            Signal::Bounces | Signal::Complaints => (0, None),
+        }
+    }
+
+    fn subjects(&self) -> Subjects<'_> {
+        Subjects {
+            sender_id: &self.sender_id,
+            sender_ip: self.sender_ip.as_deref(),
+            recipient: &self.recipient,
+            recipient_domain: &self.recipient_domain,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct RecordedOutcome {
+    r#type: String,
+    at: Time,
+    sender_id: String,
+    sender_ip: Option<String>,
+    recipient: String,
+    recipient_domain: String,
+}
+
+/// The outcome type a signal counts.
+fn outcome_of(signal: Signal) -> Option<&'static str> {
+    match signal {
+        Signal::Bounces => Some("bounce"),
+        Signal::Complaints => Some("complaint"),
+        _ => None,
+    }
+}
+
+/// Replays the last 24 hours through `rule` in the in-process limiter, with their own
+/// timestamps, and scores a rule on senders against past decisions.
+pub async fn backtest(
+    pool: &PgPool,
+    rule: &ValidRule,
+    new_sender_days: i64,
+) -> Result<Backtest, sqlx::Error> {
+    let mut rows: Vec<Replayed> = sqlx::query_as(BACKTEST_INVITES)
+        .bind(BACKTEST_MAX + 1)
+        .fetch_all(pool)
+        .await?;
+    let truncated = rows.len() as i64 > BACKTEST_MAX;
+    rows.truncate(BACKTEST_MAX as usize);
+    rows.reverse();
+    let since = sender_since(pool, rows.iter().map(|r| r.sender_id.as_str())).await?;
+    let is_new = |sender: &str, at: Time| {
+        since
+            .get(sender)
+            .is_none_or(|s| (at - *s).num_days() < new_sender_days)
+    };
+
+    // Every event the rule counts, in time order: invites, and outcomes for outcome signals.
+    let mut events: Vec<(Time, String, u64, Option<u64>, bool)> = Vec::new();
+    for r in &rows {
+        if rule.new_senders_only && !is_new(&r.sender_id, r.created_at) {
+            continue;
+        }
+        let Some(subject) = rule.scope.subject(&r.subjects()) else {
+            continue;
+        };
+        let (cost, member) = r.cost(rule.signal);
+        events.push((r.created_at, subject, cost, member, true));
+    }
+    if let Some(kind) = outcome_of(rule.signal) {
+        let outcomes: Vec<RecordedOutcome> = sqlx::query_as(BACKTEST_OUTCOMES)
+            .bind(BACKTEST_MAX)
+            .fetch_all(pool)
+            .await?;
+        for o in outcomes.iter().filter(|o| o.r#type == kind) {
+            let of = Subjects {
+                sender_id: &o.sender_id,
+                sender_ip: o.sender_ip.as_deref(),
+                recipient: &o.recipient,
+                recipient_domain: &o.recipient_domain,
+            };
+            if let Some(subject) = rule.scope.subject(&of) {
+                events.push((o.at, subject, 1, None, false));
+            }
+        }
+    }
+    events.sort_by_key(|e| e.0);
+
+    let store = MemoryStore::new();
+    let keys = KeyPrefix::default();
+    let mut tripped = HashSet::new();
+    let mut over = 0;
+    for (at, subject, cost, member, is_invite) in &events {
+        let key = keys.key(subject, &rule.name, &rule.quota);
+        let check = Check {
+            member: *member,
+            ..Check::new(&key, &rule.quota, *cost)
+        };
+        let decision = store.check_batch(&[check], Some(at.timestamp_millis().max(0) as u64));
+        // A rule acts on the invites that add to its count; the others only read it.
+        if *is_invite && *cost > 0 && decision.iter().any(|d| !d.allowed) {
+            over += 1;
+            tripped.insert(subject.clone());
+        }
+    }
+    let score = if rule.scope == Scope::Sender {
+        Some(score(pool, rule, new_sender_days).await?)
+    } else {
+        None
+    };
+    Ok(Backtest {
+        invites: rows.len(),
+        tripped: tripped.len(),
+        over,
+        truncated,
+        score,
+    })
+}
+
+/// When each sender started: as the app said, else when first seen.
+async fn sender_since<'a>(
+    pool: &PgPool,
+    senders: impl Iterator<Item = &'a str>,
+) -> Result<HashMap<String, Time>, sqlx::Error> {
+    let ids: Vec<&str> = senders.collect::<HashSet<_>>().into_iter().collect();
+    let rows: Vec<(String, Time)> = sqlx::query_as(
+        "SELECT id, COALESCE(created_in_app_at, first_seen_at) FROM senders WHERE id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The rule's count at each of a sender's invites, in order: what it would have been told.
+/// `None` for an invite the rule would not act on (one adding nothing to a signal invites
+/// carry, like an invite without links); outcomes count at every invite after them.
+pub fn counts_at_invites(
+    rule: &ValidRule,
+    invites: &[Replayed],
+    outcomes: &[Time],
+) -> Vec<Option<u64>> {
+    let window = chrono::Duration::milliseconds(rule.quota.window_ms as i64);
+    // Every counted event (time, member): invites by the rule's signal, or outcomes.
+    let mut timeline: Vec<(Time, Option<u64>, bool, bool)> = Vec::new();
+    let outcome = rule.signal.is_outcome();
+    for r in invites {
+        let (cost, member) = r.cost(rule.signal);
+        // An invite is always on the timeline, counted when it costs; the rule acts on it when
+        // it costs, or when the rule counts outcomes.
+        let counted = member.or(Some(0)).filter(|_| cost > 0);
+        timeline.push((r.created_at, counted, true, cost > 0 || outcome));
+    }
+    for at in outcomes {
+        timeline.push((*at, Some(0), false, false));
+    }
+    timeline.sort_by_key(|e| (e.0, !e.2));
+    let distinct = rule.signal.is_distinct();
+    let mut live: VecDeque<(Time, u64)> = VecDeque::new();
+    let mut members: HashMap<u64, usize> = HashMap::new();
+    let mut counts = Vec::with_capacity(invites.len());
+    for (at, counted, is_invite, acts) in timeline {
+        while let Some(&(t, m)) = live.front() {
+            if t + window > at {
+                break;
+            }
+            live.pop_front();
+            if let Some(n) = members.get_mut(&m) {
+                *n -= 1;
+                if *n == 0 {
+                    members.remove(&m);
+                }
+            }
+        }
+        if let Some(member) = counted {
+            live.push_back((at, member));
+            *members.entry(member).or_default() += 1;
+        }
+        if is_invite {
+            let count = if distinct {
+                members.len() as u64
+            } else {
+                live.len() as u64
+            };
+            counts.push(acts.then_some(count));
+        }
+    }
+    counts
+}
+
+/// Scores `rule` against the latest review decision on each sender: each reviewed sender's
+/// invites of the 30 days before now replayed exactly (a sliding log of the rule's window).
+async fn score(
+    pool: &PgPool,
+    rule: &ValidRule,
+    new_sender_days: i64,
+) -> Result<Score, sqlx::Error> {
+    let decisions: Vec<(String, String)> = sqlx::query_as(DECISIONS).fetch_all(pool).await?;
+    let mut latest: HashMap<String, bool> = HashMap::new();
+    for (sender, action) in decisions {
+        latest.entry(sender).or_insert(action == "confirm_ban");
+    }
+    let ids: Vec<&str> = latest.keys().map(String::as_str).collect();
+    let invites: Vec<Replayed> = sqlx::query_as(
+        "SELECT sender_id, sender_ip, recipient, recipient_domain, resource, message,
+             sender_name, created_at FROM invites
+         WHERE sender_id = ANY($1) AND created_at > now() - interval '30 days'
+         ORDER BY created_at LIMIT 200000",
+    )
+    .bind(&ids)
+    .fetch_all(pool)
+    .await?;
+    let outcomes: Vec<(String, Time)> = match outcome_of(rule.signal) {
+        Some(kind) => {
+            sqlx::query_as(
+                "SELECT sender_id, at FROM outcomes WHERE sender_id = ANY($1) AND type = $2
+                 AND at > now() - interval '30 days'",
+            )
+            .bind(&ids)
+            .bind(kind)
+            .fetch_all(pool)
+            .await?
+        }
+        None => Vec::new(),
+    };
+    let since = sender_since(pool, ids.iter().copied()).await?;
+    let mut by_sender: HashMap<String, Vec<Replayed>> = HashMap::new();
+    for r in invites {
+        let new = since
+            .get(&r.sender_id)
+            .is_none_or(|s| (r.created_at - *s).num_days() < new_sender_days);
+        if rule.new_senders_only && !new {
+            continue;
+        }
+        by_sender.entry(r.sender_id.clone()).or_default().push(r);
+    }
+    // Per reviewed sender: confirmed or not, and its count at each of its invites.
+    let series: Vec<(bool, Vec<Option<u64>>)> = latest
+        .iter()
+        .map(|(sender, &confirmed)| {
+            let theirs = by_sender.get(sender).map_or(&[][..], Vec::as_slice);
+            let times: Vec<Time> = outcomes
+                .iter()
+                .filter(|(s, _)| s == sender)
+                .map(|(_, at)| *at)
+                .collect();
+            (confirmed, counts_at_invites(rule, theirs, &times))
+        })
+        .collect();
+    Ok(score_series(&series, rule.quota.limit))
+}
+
+/// The score of each limit, given each reviewed sender's counts at its invites.
+pub fn score_series(series: &[(bool, Vec<Option<u64>>)], proposed: u64) -> Score {
+    let peak = |counts: &Vec<Option<u64>>| counts.iter().flatten().copied().max().unwrap_or(0);
+    let confirmed: Vec<&Vec<Option<u64>>> = series.iter().filter(|s| s.0).map(|s| &s.1).collect();
+    let lifted: Vec<&Vec<Option<u64>>> = series.iter().filter(|s| !s.0).map(|s| &s.1).collect();
+    // A limit catches a sender whose count ever goes above it.
+    let suggested = match (confirmed.is_empty(), lifted.iter().map(|c| peak(c)).max()) {
+        (true, _) => None,
+        (false, Some(highest_lifted)) => Some(highest_lifted),
+        (false, None) => confirmed
+            .iter()
+            .map(|c| peak(c))
+            .min()
+            .map(|p| p.saturating_sub(1)),
+    };
+    // Each sender's peak less one is where a limit starts to catch it: the rows of the trade-off.
+    let mut limits: Vec<u64> = series
+        .iter()
+        .map(|s| peak(&s.1).saturating_sub(1))
+        .collect();
+    limits.extend(suggested);
+    limits.push(proposed);
+    limits.sort_unstable();
+    limits.dedup();
+    let rows = limits
+        .into_iter()
+        .map(|limit| {
+            let mut first_over: Vec<usize> = confirmed
+                .iter()
+                .filter_map(|c| {
+                    c.iter()
+                        .position(|n| n.is_some_and(|n| n > limit))
+                        .map(|k| k + 1)
+                })
+                .collect();
+            first_over.sort_unstable();
+            ScoreRow {
+                limit,
+                confirmed_caught: first_over.len(),
+                median_invites_to_catch: first_over
+                    .get(first_over.len().saturating_sub(1) / 2)
+                    .copied(),
+                lifted_caught: lifted.iter().filter(|c| peak(c) > limit).count(),
+            }
+        })
+        .collect();
+    Score {
+        confirmed: confirmed.len(),
+        lifted: lifted.len(),
+        suggested,
+        rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suggested_limit_catches_every_confirmed_sender_above_the_lifted_ones() {
+        let some = |v: &[u64]| v.iter().map(|&n| Some(n)).collect::<Vec<_>>();
+        let series = vec![
+            (true, some(&[1, 2, 3, 4, 5, 6, 7, 8])),
+            (true, some(&[1, 2, 3, 4, 5])),
+            (true, some(&[1, 1, 2])),
+            (false, some(&[1, 2, 3])),
+            (false, some(&[1, 2])),
+        ];
+        let score = score_series(&series, 6);
+        assert_eq!((score.confirmed, score.lifted), (3, 2));
+        assert_eq!(score.suggested, Some(3), "above the busiest lifted sender");
+        let at = |limit| score.rows.iter().find(|r| r.limit == limit).expect("row");
+        assert_eq!(at(3).confirmed_caught, 2);
+        assert_eq!(at(3).lifted_caught, 0);
+        assert_eq!(at(3).median_invites_to_catch, Some(4));
+        assert_eq!(
+            at(1).lifted_caught,
+            2,
+            "a tighter limit catches the lifted ones too"
+        );
+        assert_eq!(at(6).confirmed_caught, 1, "the proposed limit has its row");
+    }
+
+    #[test]
+    fn without_lifted_senders_every_confirmed_one_is_caught() {
+        let score = score_series(
+            &[
+                (true, vec![Some(1), None, Some(3)]),
+                (true, vec![Some(1), Some(2), Some(3), Some(4)]),
+            ],
+            10,
+        );
+        assert_eq!(score.suggested, Some(2));
+        let at = |limit| score.rows.iter().find(|r| r.limit == limit).expect("row");
+        assert_eq!(
+            at(2).median_invites_to_catch,
+            Some(3),
+            "the invite it would act on"
+        );
+        assert!(
+            score_series(&[(false, vec![Some(1)])], 10)
+                .suggested
+                .is_none()
+        );
+    }
+}

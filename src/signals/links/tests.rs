@@ -1,0 +1,457 @@
+//! Links that must be found, ordinary text that must not, and properties of the scanner.
+
+use super::*;
+use proptest::prelude::*;
+
+/// The text of the first link, its kind and its host.
+fn first(text: &str) -> Option<(&str, LinkKind, String)> {
+    let link = find(text).into_iter().next()?;
+    Some((&text[link.start..link.end], link.kind, link.host))
+}
+
+#[test]
+fn finds_spam_phrasings() {
+    use LinkKind::{Domain, Email, Url};
+    let cases: &[(&str, &str, LinkKind, &str)] = &[
+        (
+            "Claim your prize at http://scam.example",
+            "http://scam.example",
+            Url,
+            "scam.example",
+        ),
+        ("visit bit.ly/abc", "bit.ly/abc", Domain, "bit.ly"),
+        (
+            "go to paypa1-secure[.]com now",
+            "paypa1-secure[.]com",
+            Domain,
+            "paypa1-secure.com",
+        ),
+        (
+            "hxxps://login-verify.net/x",
+            "hxxps://login-verify.net/x",
+            Url,
+            "login-verify.net",
+        ),
+        (
+            "win at freemoney dot com",
+            "freemoney dot com",
+            Domain,
+            "freemoney.com",
+        ),
+        (
+            "contact me at john.doe@gmail.com",
+            "john.doe@gmail.com",
+            Email,
+            "gmail.com",
+        ),
+        (
+            "www.cheap-pills.ru",
+            "www.cheap-pills.ru",
+            Url,
+            "www.cheap-pills.ru",
+        ),
+        (
+            "example\u{ff0e}com",
+            "example\u{ff0e}com",
+            Domain,
+            "example.com",
+        ),
+        (
+            "claim\u{3002}prize\u{3002}com",
+            "claim\u{3002}prize\u{3002}com",
+            Domain,
+            "claim.prize.com",
+        ),
+        (
+            "visit scam\u{ff61}com",
+            "scam\u{ff61}com",
+            Domain,
+            "scam.com",
+        ),
+        ("t.me/joinchat", "t.me/joinchat", Domain, "t.me"),
+        ("CLICK: HTTP://EVIL.COM", "HTTP://EVIL.COM", Url, "evil.com"),
+        ("shop.xn--p1ai", "shop.xn--p1ai", Domain, "shop.xn--p1ai"),
+        ("site.com/path?x=1", "site.com/path?x=1", Domain, "site.com"),
+        ("example(.)com", "example(.)com", Domain, "example.com"),
+        ("example{.}com", "example{.}com", Domain, "example.com"),
+        (
+            "example [dot] com",
+            "example [dot] com",
+            Domain,
+            "example.com",
+        ),
+        ("example(dot)com", "example(dot)com", Domain, "example.com"),
+        (
+            "free cash at scam[ . ]biz!",
+            "scam[ . ]biz",
+            Domain,
+            "scam.biz",
+        ),
+        (
+            "get it: hxxp[:]//malware[.]ru/payload.exe",
+            "hxxp[:]//malware[.]ru/payload.exe",
+            Url,
+            "malware.ru",
+        ),
+        (
+            "mirror ftp://files.warez.to/",
+            "ftp://files.warez.to/",
+            Url,
+            "files.warez.to",
+        ),
+        (
+            "Get rich: WWW.QUICKCASH.BIZ",
+            "WWW.QUICKCASH.BIZ",
+            Url,
+            "www.quickcash.biz",
+        ),
+        (
+            "Your account: secure-login.paypal.com.verify-account.xyz",
+            "secure-login.paypal.com.verify-account.xyz",
+            Domain,
+            "secure-login.paypal.com.verify-account.xyz",
+        ),
+        (
+            "log in at https://192.168.4.20:8080/login.",
+            "https://192.168.4.20:8080/login",
+            Url,
+            "192.168.4.20",
+        ),
+        (
+            "write to winner [at] lottery [dot] org",
+            "winner [at] lottery [dot] org",
+            Email,
+            "lottery.org",
+        ),
+        (
+            "Free gift \u{2192} archive.zip",
+            "archive.zip",
+            Domain,
+            "archive.zip",
+        ),
+        ("Visit Paypal.com today", "Paypal.com", Domain, "paypal.com"),
+        ("(see http://x.co/abc).", "http://x.co/abc", Url, "x.co"),
+        (
+            "\u{8bf7}\u{8bbf}\u{95ee}scam.com",
+            "scam.com",
+            Domain,
+            "scam.com",
+        ),
+        (
+            "link: https://\u{43f}\u{440}\u{438}\u{43c}\u{435}\u{440}.\u{440}\u{444}/a b",
+            "https://\u{43f}\u{440}\u{438}\u{43c}\u{435}\u{440}.\u{440}\u{444}/a",
+            Url,
+            "\u{43f}\u{440}\u{438}\u{43c}\u{435}\u{440}.\u{440}\u{444}",
+        ),
+        ("hello...scam.com", "scam.com", Domain, "scam.com"),
+        ("hosted on github.io", "github.io", Domain, "github.io"),
+        (
+            "mail sales@shop.co.uk today",
+            "sales@shop.co.uk",
+            Email,
+            "shop.co.uk",
+        ),
+        (
+            "visit PAYPAL-LOGIN.COM",
+            "PAYPAL-LOGIN.COM",
+            Domain,
+            "paypal-login.com",
+        ),
+        (
+            "hxxps[:]//evil[.]com",
+            "hxxps[:]//evil[.]com",
+            Url,
+            "evil.com",
+        ),
+        (
+            "http://admin:pw@bank.example/x",
+            "http://admin:pw@bank.example/x",
+            Url,
+            "bank.example",
+        ),
+        (
+            "Read it at notes.md/raw",
+            "notes.md/raw",
+            Domain,
+            "notes.md",
+        ),
+        (
+            "end of sentence.Next[.]com",
+            "sentence.Next[.]com",
+            Domain,
+            "sentence.next.com",
+        ),
+        ("scam DOT COM", "scam DOT COM", Domain, "scam.com"),
+        ("www\u{e9}scam.com", "scam.com", Domain, "scam.com"),
+        ("win.scam.com.", "win.scam.com", Domain, "win.scam.com"),
+        ("bad scam[.]Com", "scam[.]Com", Domain, "scam.com"),
+        (
+            "\u{8bbf}\u{95ee} https://scam.com/a\u{e9}\u{3002}\u{8c22}",
+            "https://scam.com/a\u{e9}",
+            Url,
+            "scam.com",
+        ),
+    ];
+    for &(text, covered, kind, host) in cases {
+        assert_eq!(
+            first(text),
+            Some((covered, kind, host.to_string())),
+            "text: {text:?}"
+        );
+        assert!(has_link(text), "has_link: {text:?}");
+    }
+    assert!(cases.len() >= 25);
+}
+
+#[test]
+fn ignores_ordinary_text() {
+    let cases = [
+        "v2.0",
+        "e.g. this one",
+        "i.e. that one",
+        "doc_42",
+        "report.pdf",
+        "file.txt",
+        "1.5 hours",
+        "Q3.2024",
+        "version 3.11.7",
+        "Mr. Smith",
+        "end of sentence.Next sentence",
+        "Join my doc",
+        "hello...world",
+        "hello..world",
+        "pi is 3.14",
+        "notes.md",
+        "main.rs and script.py and setup.sh",
+        "Thanks.Regards",
+        "meet at 10 a.m. or 3 p.m.",
+        "the U.S.A. office",
+        "Ph.D. thesis",
+        "room No.1, see fig.3",
+        "it costs $3.50",
+        "the dot com bubble",
+        "ping @john",
+        "user@localhost",
+        "call 555.123.4567",
+        "hello . world",
+        "see www",
+        "http:// nothing",
+        "mail me@work.example",
+        "we are done\u{3002}\u{4e2d}\u{56fd}\u{5f88}\u{5927}",
+        "a co.uk office",
+        "Go to Settings.Profile and press Save.",
+        "built with Socket.IO",
+    ];
+    for text in cases {
+        assert_eq!(find(text), Vec::new(), "text: {text:?}");
+        assert!(!has_link(text), "has_link: {text:?}");
+    }
+}
+
+#[test]
+fn finds_every_link_in_order() {
+    let text = "Hi! Go to scam[.]com, then https://evil.net/a?b=1 or mail x@y.org.";
+    let links = find(text);
+    let spans: Vec<(&str, &str)> = links
+        .iter()
+        .map(|l| (&text[l.start..l.end], l.host.as_str()))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            ("scam[.]com", "scam.com"),
+            ("https://evil.net/a?b=1", "evil.net"),
+            ("x@y.org", "y.org"),
+        ]
+    );
+}
+
+#[test]
+fn long_labels_are_not_hosts() {
+    let long = "a".repeat(MAX_LABEL + 1);
+    assert!(!has_link(&format!("{long}.com")));
+    assert!(has_link(&format!("{long}.scam.com")));
+}
+
+#[test]
+fn pathological_input_is_scanned_whole() {
+    // Each of these is 100 KB; a scan that restarts inside a run it has
+    // already rejected would take minutes here (the suite's time would show
+    // it; `sendguard bench links` measures the common case).
+    let texts = [
+        "a+", "a.", "b dot ", "dot ", "x@", "x:", "a [", "http://@", "a ",
+    ]
+    .map(|piece| piece.repeat(100_000 / piece.len()))
+    .into_iter()
+    .chain([
+        "a+".repeat(50_000) + ".b",
+        "a-".repeat(50_000) + "@",
+        "a".to_string() + &" ".repeat(50_000) + &"(".repeat(50_000),
+    ]);
+    for text in texts {
+        // Only the run of `http://@` holds links (each `@` leads to the next `http`).
+        let found = find(&text).len();
+        if text.starts_with("http") {
+            assert!(found > 1000, "{found} links in a run of `http://@`");
+        } else {
+            assert_eq!(found, 0, "{:?}", &text[..8]);
+        }
+    }
+}
+
+/// Fragments that exercise the scanner's branches when glued together.
+fn tricky_text() -> impl Strategy<Value = String> {
+    let fragments = prop::sample::select(vec![
+        "http",
+        "hxxps",
+        "ftp",
+        "://",
+        "[:]//",
+        ":",
+        "/",
+        "//",
+        "\\\\",
+        "www",
+        ".",
+        "..",
+        "[.]",
+        "( dot )",
+        " dot ",
+        "dot",
+        "the",
+        "com",
+        "Com",
+        "io",
+        "xn--p1ai",
+        "@",
+        "[at]",
+        "\u{ff20}",
+        "\u{ff0e}",
+        "\u{3002}",
+        "\u{ff61}",
+        "\u{e9}",
+        "\u{4e2d}",
+        " ",
+        "\t",
+        "\n",
+        "-",
+        "_",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        "?",
+        "#",
+        "8080",
+        "a",
+        "Z",
+        "9",
+        "github",
+        "co",
+        "uk",
+        "https://x.io/",
+        "scam.com/",
+        "www.a/",
+        "me@y.org",
+    ]);
+    prop_oneof![
+        any::<String>(),
+        prop::collection::vec(fragments, 0..40).prop_map(|v| v.concat()),
+    ]
+}
+
+/// Lower-case words that are not a public suffix on their own, nor `www`.
+fn plain_word() -> impl Strategy<Value = String> {
+    "[a-z]{1,10}".prop_filter("word must not be a known suffix", |w| {
+        w != "www" && !psl::suffix(w.as_bytes()).is_some_and(|s| s.is_known())
+    })
+}
+
+/// Title-case words; these may well be TLDs (`Next`, `Com`), but not
+/// `Www`, which makes any name a host.
+fn title_word() -> impl Strategy<Value = String> {
+    ("[A-Z]", "[a-z]{1,9}")
+        .prop_map(|(a, b)| a + &b)
+        .prop_filter("not www", |w| !w.eq_ignore_ascii_case("www"))
+}
+
+fn prose_token() -> impl Strategy<Value = String> {
+    prop_oneof![
+        plain_word(),
+        title_word(),
+        "[0-9]{1,4}",
+        "[0-9]{1,3}\\.[0-9]{1,3}",
+        "[vV][0-9]\\.[0-9]{1,2}\\.[0-9]{1,2}",
+        (plain_word(), plain_word()).prop_map(|(a, b)| format!("{a}.{b}")),
+        (title_word(), plain_word()).prop_map(|(a, b)| format!("{a}.{b}")),
+        (plain_word(), title_word()).prop_map(|(a, b)| format!("{a}.{b}")),
+        (title_word(), "[A-Z]{2,3}").prop_map(|(a, b)| format!("{a}.{b}")),
+        ("[0-9]{1,2}", plain_word()).prop_map(|(a, b)| format!("{a}.{b}")),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn ranges_are_sound(text in tricky_text()) {
+        let links = find(&text);
+        let mut previous_end = 0;
+        for link in &links {
+            prop_assert!(link.start < link.end);
+            prop_assert!(link.start >= previous_end);
+            prop_assert!(link.end <= text.len());
+            prop_assert!(text.is_char_boundary(link.start));
+            prop_assert!(text.is_char_boundary(link.end));
+            prop_assert!(!link.host.is_empty());
+            previous_end = link.end;
+        }
+    }
+
+    #[test]
+    fn has_link_agrees_with_find(text in tricky_text()) {
+        prop_assert_eq!(has_link(&text), !find(&text).is_empty());
+    }
+
+    /// The search for runs worth a look only saves time: looking at
+    /// every word start finds the same links.
+    #[test]
+    fn skipping_prose_loses_nothing(text in tricky_text()) {
+        let every_word = Scanner {
+            full_look_before: usize::MAX,
+            ..Scanner::new(&text)
+        };
+        let expected: Vec<(usize, usize)> = every_word.map(|f| (f.start, f.end)).collect();
+        let found: Vec<(usize, usize)> = find(&text).iter().map(|l| (l.start, l.end)).collect();
+        prop_assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn inserted_url_is_found(
+        words in prop::collection::vec(tricky_text(), 0..8),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let mut words = words;
+        let index = at.index(words.len() + 1);
+        words.insert(index, "https://spam.example.com/x".to_string());
+        let text = words.join(" ");
+        prop_assert!(has_link(&text), "text: {:?}", text);
+        prop_assert!(
+            find(&text).iter().any(|l| l.host.ends_with("spam.example.com")),
+            "text: {:?}",
+            text
+        );
+    }
+
+    #[test]
+    fn prose_has_no_link(
+        sentences in prop::collection::vec(prop::collection::vec(prose_token(), 1..12), 1..6),
+    ) {
+        let text = sentences
+            .iter()
+            .map(|words| words.join(" "))
+            .collect::<Vec<_>>()
+            .join(". ");
+        prop_assert_eq!(find(&text), Vec::new(), "text: {:?}", text);
+    }
+}

@@ -1,0 +1,489 @@
+//! Signals beyond volume against the real Postgres, Redis and SMTP sink: links from new
+//! senders held, distinct recipients counted, outcomes reported through the API and by the mail
+//! server, the hold action and its review, ban evasion, repeat offenders and acceptance.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use crate::support::api::Api;
+use crate::support::app::{Stage, api_key, wait_for};
+use crate::support::smtp::SmtpSink;
+
+async fn statuses(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
+    sqlx::query_as(
+        "SELECT status, count(*) FROM invites WHERE sender_id = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(sender)
+    .fetch_all(pool)
+    .await
+    .expect("statuses")
+}
+
+fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+    pairs.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect()
+}
+
+async fn state(pool: &PgPool, sender: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
+        .bind(sender)
+        .fetch_one(pool)
+        .await
+        .expect("sender")
+}
+
+async fn event(api: &Api, invite: &str, kind: &str) -> StatusCode {
+    api.http
+        .post(format!("{}/api/v1/events", api.base))
+        .bearer_auth(&api.key)
+        .json(&json!({"invite_id": invite, "type": kind}))
+        .send()
+        .await
+        .expect("event")
+        .status()
+}
+
+/// A new sender's invite with a link is held for review (the sender flagged, its state
+/// unchanged) and never delivered; its next clean invite is delivered, and an old sender's link
+/// goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_from_new_senders_are_held_and_the_next_clean_invite_goes_out() {
+    let stage = Stage::start("links", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let spam = "Claim your prize at http://scam.example";
+    let (status, _) = api
+        .send(json!({"sender_id": "newbie", "recipient": "a@example.com", "message": spam}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = api
+        .send(
+            json!({"sender_id": "newbie", "recipient": "b@example.com", "message": "Join my doc"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let month_ago = (chrono::Utc::now() - chrono::Duration::days(30)).to_rfc3339();
+    let (status, _) = api
+        .send(json!({"sender_id": "veteran", "recipient": "c@example.com",
+                     "message": "Notes at docs.example.com/q3", "sender_created_at": month_ago}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let settled = stage.settle().await;
+    assert_eq!(settled, 2, "the clean invite and the veteran's");
+    let delivered: Vec<String> = stage
+        .sink
+        .messages()
+        .iter()
+        .flat_map(|m| m.to.clone())
+        .collect();
+    assert!(
+        !delivered.contains(&"a@example.com".to_owned()),
+        "{delivered:?}"
+    );
+    assert_eq!(
+        statuses(&stage.pool, "newbie").await,
+        counts(&[("held", 1), ("sent", 1)])
+    );
+    assert_eq!(
+        state(&stage.pool, "newbie").await,
+        "active",
+        "a hold changes no state"
+    );
+    let (rule, action): (String, String) =
+        sqlx::query_as("SELECT rule_name, action FROM flags WHERE sender_id = 'newbie'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("flag");
+    assert_eq!(
+        (rule.as_str(), action.as_str()),
+        ("new-sender-links", "hold")
+    );
+}
+
+/// Distinct recipients, not invites: 50 invites to the same 3 people stay within a limit of 3,
+/// the fourth person trips it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
+    let stage = Stage::start(
+        "distinct",
+        &[
+            "UPDATE rules SET limit_count = 3 WHERE name = 'sender-distinct-recipients-daily'",
+            "UPDATE rules SET enabled = false WHERE name IN ('sender-hourly', 'recipient-daily')",
+        ],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    for n in 0..50 {
+        api.accepted("team-lead", &format!("colleague{}@example.com", n % 3))
+            .await;
+    }
+    assert_eq!(state(&stage.pool, "team-lead").await, "active");
+    api.accepted("team-lead", "stranger@example.com").await;
+    assert_eq!(state(&stage.pool, "team-lead").await, "shadow_banned");
+    let observed: i64 = sqlx::query_scalar(
+        "SELECT observed FROM flags WHERE rule_name = 'sender-distinct-recipients-daily'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("flag");
+    assert_eq!(observed, 4);
+}
+
+/// Three complaints reported through the API trip `sender-complaints-daily` (limit 2): the
+/// sender's next invite is held. A repeated event counts once; another key's invite is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complaints_reported_through_the_api_ban_the_sender() {
+    let stage = Stage::start("complaints", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let other = Api::new(stage.base(), api_key(&stage.pool).await);
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let (status, id) = api
+            .send(json!({"sender_id": "annoying", "recipient": format!("p{n}@example.com")}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    assert_eq!(
+        event(&other, &ids[0], "complaint").await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        event(&api, &uuid::Uuid::new_v4().to_string(), "complaint").await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        event(&api, &ids[0], "spam").await,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    for id in &ids[..2] {
+        assert_eq!(event(&api, id, "complaint").await, StatusCode::ACCEPTED);
+        assert_eq!(
+            event(&api, id, "complaint").await,
+            StatusCode::ACCEPTED,
+            "again"
+        );
+    }
+    assert_eq!(
+        state(&stage.pool, "annoying").await,
+        "active",
+        "two complaints, limit 2"
+    );
+    assert_eq!(
+        event(&api, &ids[2], "complaint").await,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(state(&stage.pool, "annoying").await, "shadow_banned");
+    let (status, next) = api
+        .send(json!({"sender_id": "annoying", "recipient": "p9@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let held: String = sqlx::query_scalar("SELECT status FROM invites WHERE id = $1::uuid")
+        .bind(next.expect("id"))
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_eq!(held, "held");
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM outcomes")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("outcomes");
+    assert_eq!(recorded, 3, "each (invite, type) once");
+}
+
+/// A permanent refusal by the mail server is a bounce of that invite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_smtp_refusal_counts_as_a_bounce() {
+    let sink = SmtpSink::start_refusing(0, &["nobody@example.com"]).await;
+    let stage = Stage::start_sending_to("bounce", &[], sink, |_| {}).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let (_, id) = api
+        .send(json!({"sender_id": "guesser", "recipient": "nobody@example.com"}))
+        .await;
+    let id: uuid::Uuid = id.expect("id").parse().expect("uuid");
+    let bounced = wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM outcomes WHERE invite_id = $1 AND type = 'bounce'",
+        )
+        .bind(id)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("outcomes")
+            == 1
+    })
+    .await;
+    assert!(bounced, "the refusal was not recorded as a bounce");
+    let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id = $1")
+        .bind(id)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_eq!(status, "failed");
+}
+
+/// A sender first seen from the address a banned sender used is linked to it, and its invites
+/// with links are held; without links they go out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_banned_senders_new_account_from_the_same_address_is_linked() {
+    let stage = Stage::start(
+        "evasion",
+        &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let from = |sender: &str, n: u32, ip: &str, message: &str| {
+        json!({"sender_id": sender, "recipient": format!("x{n}@example.com"),
+               "sender_ip": ip, "message": message,
+               "sender_created_at": "2020-01-01T00:00:00Z"})
+    };
+    for n in 0..2 {
+        api.send(from("spammer", n, "2001:db8:7:7::1", "hi")).await;
+    }
+    assert_eq!(state(&stage.pool, "spammer").await, "shadow_banned");
+    // Another address in the same /64, an old account (so not caught as a new sender).
+    let (status, _) = api
+        .send(from(
+            "spammer-2",
+            10,
+            "2001:db8:7:7::99",
+            "win at prize dot com",
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let linked: Option<String> =
+        sqlx::query_scalar("SELECT linked_to FROM senders WHERE id = 'spammer-2'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("sender");
+    assert_eq!(linked.as_deref(), Some("spammer"));
+    let decision: Value = sqlx::query_scalar(
+        "SELECT decision FROM invites WHERE sender_id = 'spammer-2' AND status = 'held'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("held invite");
+    assert_eq!(decision["linked_to"], "spammer");
+    let elsewhere = api
+        .send(from(
+            "bystander",
+            20,
+            "2001:db8:8:8::1",
+            "see prize dot com",
+        ))
+        .await;
+    assert_eq!(elsewhere.0, StatusCode::OK);
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'bystander' AND status = 'held'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("held");
+    assert_eq!(held, 0, "another address is not linked");
+}
+
+/// Five accepted invites make a sender trusted enough: it is no longer new, whatever its age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_invites_end_a_senders_newness() {
+    let stage = Stage::start("accepted", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let (_, id) = api
+            .send(json!({"sender_id": "welcome", "recipient": format!("f{n}@example.com")}))
+            .await;
+        ids.push(id.expect("id"));
+    }
+    for id in &ids {
+        assert_eq!(event(&api, id, "accepted").await, StatusCode::ACCEPTED);
+    }
+    let (_, id) = api
+        .send(json!({"sender_id": "welcome", "recipient": "g@example.com",
+                     "message": "the plan is at plans.example.com/q3"}))
+        .await;
+    let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id = $1::uuid")
+        .bind(id.expect("id"))
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_ne!(
+        status, "held",
+        "a sender with five accepted invites is not new"
+    );
+}
+
+/// A sender banned again by a rule within 30 days of a lift is a repeat offender; with
+/// SENDGUARD_REPEAT_AUTO_CONFIRM its ban is confirmed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeat_offenders_are_marked_and_can_be_confirmed_at_once() {
+    let stage = Stage::start_with(
+        "repeat",
+        &[
+            "UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'",
+            "INSERT INTO senders (id, lifted_at) VALUES ('again', now() - interval '3 days')",
+        ],
+        |cfg| cfg.repeat_auto_confirm = true,
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    for n in 0..2 {
+        api.accepted("again", &format!("r{n}@example.com")).await;
+    }
+    let (state, repeat): (String, bool) =
+        sqlx::query_as("SELECT state, repeat_offender FROM senders WHERE id = 'again'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("sender");
+    assert_eq!((state.as_str(), repeat), ("banned", true));
+    let confirmed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE sender_id = 'again' AND action = 'confirm_ban'
+           AND actor = 'system'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("audit");
+    assert_eq!(confirmed, 1);
+}
+
+/// A backtest scores a proposed rule against the reviewers' decisions: how many confirmed
+/// senders it catches and after how many invites, how many lifted ones it would catch, and the
+/// limit that catches the most confirmed senders and no lifted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backtest_scores_a_rule_against_past_decisions() {
+    // Three confirmed spammers and two lifted busy senders, each with n invites in one hour.
+    let senders = [
+        ("c1", 30, true),
+        ("c2", 20, true),
+        ("c3", 12, true),
+        ("l1", 8, false),
+        ("l2", 5, false),
+    ];
+    let mut sql = vec!["INSERT INTO api_keys (name, key_hash) VALUES ('seed', '\\x00')".to_owned()];
+    for (id, n, confirmed) in senders {
+        sql.push(format!("INSERT INTO senders (id) VALUES ('{id}')"));
+        sql.push(format!(
+            "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
+                 decision, created_at)
+             SELECT gen_random_uuid(), (SELECT id FROM api_keys), '{id}', 'r' || k || '@example.com',
+                 'example.com', 'sent', '{{}}', now() - interval '2 hours' + k * interval '1 minute'
+             FROM generate_series(1, {n}) k"
+        ));
+        let action = if confirmed {
+            "confirm_ban"
+        } else {
+            "lift_and_release"
+        };
+        sql.push(format!(
+            "INSERT INTO audit_log (actor, action, sender_id) VALUES ('alice', '{action}', '{id}')"
+        ));
+    }
+    let statements: Vec<&str> = sql.iter().map(String::as_str).collect();
+    let (_db, pool) = crate::support::app::migrated("score", &statements).await;
+    let input = sendguard::rules::edit::RuleInput {
+        name: "proposed".into(),
+        scope: "sender".into(),
+        signal: "invites".into(),
+        limit: "60".into(),
+        window: "1h".into(),
+        algorithm: "hash_counters".into(),
+        action: "shadow_ban".into(),
+        new_senders_only: false,
+        enabled: true,
+    };
+    let rule = sendguard::rules::edit::validate(&input).expect("rule");
+    let result = sendguard::rules::backtest::backtest(&pool, &rule, 7)
+        .await
+        .expect("backtest");
+    let score = result.score.expect("a rule on senders is scored");
+    assert_eq!((score.confirmed, score.lifted), (3, 2));
+    assert_eq!(score.suggested, Some(8), "above the busiest lifted sender");
+    let row = |limit| score.rows.iter().find(|r| r.limit == limit).expect("row");
+    assert_eq!(row(8).confirmed_caught, 3);
+    assert_eq!(row(8).lifted_caught, 0);
+    assert_eq!(row(8).median_invites_to_catch, Some(9));
+    assert_eq!(
+        row(60).confirmed_caught,
+        0,
+        "the proposed limit catches nobody"
+    );
+    assert_eq!(
+        row(4).lifted_caught,
+        2,
+        "a tighter one catches the lifted too"
+    );
+}
+
+/// `sendguard rules export` then `apply` changes nothing; a file with one bad rule changes
+/// nothing either and names the rule and the key; a good change is applied and audited under
+/// the operator's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_as_code_apply_all_or_nothing() {
+    let (db, pool) = crate::support::app::migrated("rulesfile", &[]).await;
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sendguard"))
+            .args(args)
+            .env("DATABASE_URL", &db.url)
+            .env("SENDGUARD_OPERATOR", "ops-test")
+            .output()
+            .expect("run sendguard")
+    };
+    let exported = cli(&["rules", "export"]);
+    assert!(exported.status.success());
+    let text = String::from_utf8(exported.stdout).expect("utf-8");
+    assert!(text.contains("name = \"new-sender-links\""), "{text}");
+    let dir = tempdir("rulesfile");
+    let file = dir.join("rules.toml");
+    std::fs::write(&file, &text).expect("write");
+    let again = cli(&["rules", "apply", file.to_str().expect("path")]);
+    assert!(again.status.success());
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no change");
+
+    let before: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT name, limit_count, version FROM rules ORDER BY name")
+            .fetch_all(&pool)
+            .await
+            .expect("rules");
+    let bad = text.replacen("limit = 60", "limit = 61", 1).replacen(
+        "scope = \"ip\"",
+        "scope = \"planet\"",
+        1,
+    );
+    std::fs::write(&file, &bad).expect("write");
+    let refused = cli(&["rules", "apply", file.to_str().expect("path")]);
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains("rule `ip-hourly`: key `scope`"), "{error}");
+    let after: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT name, limit_count, version FROM rules ORDER BY name")
+            .fetch_all(&pool)
+            .await
+            .expect("rules");
+    assert_eq!(before, after, "one bad rule: nothing changed");
+
+    let good = text.replacen("limit = 60", "limit = 61", 1);
+    std::fs::write(&file, &good).expect("write");
+    let applied = cli(&["rules", "apply", file.to_str().expect("path")]);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&applied.stdout).contains("update sender-hourly: limit 60 -> 61")
+    );
+    let (limit, actor): (i64, String) = sqlx::query_as(
+        "SELECT r.limit_count, a.actor FROM rules r JOIN audit_log a ON a.rule_id = r.id
+         WHERE r.name = 'sender-hourly' AND a.action = 'rule_update'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("rule");
+    assert_eq!((limit, actor.as_str()), (61, "ops-test"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sendguard-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
