@@ -164,11 +164,33 @@ pub fn age(since: Time) -> String {
 /// Accepted invites against delivered ones, as a share.
 pub fn acceptance(accepted: i64, sent: i64) -> String {
     if sent == 0 {
-        return format!("{accepted} accepted");
+        return if accepted == 0 {
+            "nothing delivered yet".into()
+        } else {
+            format!("{accepted} accepted")
+        };
     }
     format!(
         "{accepted} of {sent} ({}%)",
         (accepted * 100 / sent).min(100)
+    )
+}
+
+/// "1 bounce", "3 bounces": `noun` with an `s` unless there is one.
+pub fn counted(n: i64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A sender's outcomes of the last day, as the reviewer reads them.
+pub fn outcomes(bounces: i64, complaints: i64) -> String {
+    format!(
+        "{}, {}",
+        counted(bounces, "bounce"),
+        counted(complaints, "complaint")
     )
 }
 
@@ -231,6 +253,14 @@ pub fn why(decision: &serde_json::Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn counts_read_as_words() {
+        assert_eq!(outcomes(1, 0), "1 bounce, 0 complaints");
+        assert_eq!(counted(2, "domain"), "2 domains");
+        assert_eq!(acceptance(0, 0), "nothing delivered yet");
+        assert_eq!(acceptance(3, 4), "3 of 4 (75%)");
+    }
 
     #[test]
     fn notices_come_from_codes_only() {

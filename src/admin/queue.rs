@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
-use super::format::{Notice, PAGE, PageQuery, acceptance, age, page_number};
+use super::format::{Notice, PAGE, PageQuery, acceptance, age, counted, outcomes, page_number};
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
 
@@ -25,10 +25,8 @@ pub(super) struct QueueRow {
     observed: i64,
     limit: i64,
     held: i64,
-    recipients: i64,
-    domains: i64,
-    bounces: i64,
-    complaints: i64,
+    reach: String,
+    outcomes: String,
     acceptance: String,
     latest_held: String,
 }
@@ -48,10 +46,12 @@ impl From<Awaiting> for QueueRow {
             observed: a.observed.unwrap_or(0),
             limit: a.limit_count.unwrap_or(0),
             held: a.held,
-            recipients: a.recipients,
-            domains: a.domains,
-            bounces: a.bounces,
-            complaints: a.complaints,
+            reach: format!(
+                "{}, {}",
+                counted(a.recipients, "recipient"),
+                counted(a.domains, "domain")
+            ),
+            outcomes: outcomes(a.bounces, a.complaints),
             latest_held: a.latest_held.unwrap_or_default(),
         }
     }

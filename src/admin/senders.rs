@@ -12,8 +12,8 @@ use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{
-    Notice, PAGE, PageQuery, Segment, acceptance, age, marked, page_number, path_segment, time,
-    why, window,
+    Notice, PAGE, PageQuery, Segment, acceptance, age, marked, outcomes, page_number, path_segment,
+    time, why, window,
 };
 use crate::audit;
 use crate::limiter::Check;
@@ -138,8 +138,7 @@ pub(super) struct SenderPage {
     sender: SenderView,
     counters: Vec<CounterView>,
     counters_error: Option<String>,
-    bounces: i64,
-    complaints: i64,
+    outcomes: String,
     flags: Vec<FlagView>,
     held: Vec<HeldView>,
     invites: Vec<InviteView>,
@@ -218,8 +217,7 @@ async fn render_sender(
         sender: sender.into(),
         counters,
         counters_error,
-        bounces,
-        complaints,
+        outcomes: outcomes(bounces, complaints),
         flags: flags
             .into_iter()
             .map(|f| FlagView {

@@ -5,8 +5,11 @@ use crate::support::app::{TestDb, api_key, config, migrated};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
-const ROUTES: [&str; 20] = [
+const ROUTES: [&str; 23] = [
     "/api/v1/invites",
+    "/api/v1/events",
+    "/admin/senders/u_1/invites/not-a-uuid",
+    "/admin/senders/u_1/notes",
     "/api/v1/invites/x",
     "/api/openapi.json",
     "/api/nope",
@@ -183,6 +186,7 @@ fn the_openapi_description_is_served_and_lists_every_route() {
     assert_eq!(doc["openapi"], "3.0.3");
     for path in [
         "/api/v1/invites",
+        "/api/v1/events",
         "/healthz",
         "/readyz",
         "/api/openapi.json",
