@@ -25,19 +25,26 @@ fn hash(key: &str) -> Vec<u8> {
     Sha256::digest(key.as_bytes()).to_vec()
 }
 
-/// Creates a key named `name` on behalf of `actor` and returns it; only its hash is stored.
-pub async fn create(pool: &PgPool, name: &str, actor: &str) -> Result<String, sqlx::Error> {
+/// Creates a key named `name` for app `app_id` on behalf of `actor` and returns it; only its
+/// hash is stored.
+pub async fn create(
+    pool: &PgPool,
+    name: &str,
+    app_id: i64,
+    actor: &str,
+) -> Result<String, sqlx::Error> {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let key = format!("{KEY_PREFIX}{}", hex::encode(bytes));
     let mut tx = pool.begin().await?;
-    sqlx::query("INSERT INTO api_keys (name, key_hash) VALUES ($1, $2)")
+    sqlx::query("INSERT INTO api_keys (name, key_hash, app_id) VALUES ($1, $2, $3)")
         .bind(name)
         .bind(hash(&key))
+        .bind(app_id)
         .execute(&mut *tx)
         .await?;
     let entry = Entry {
-        detail: json!({"name": name}),
+        detail: json!({"name": name, "app_id": app_id}),
         ..Entry::new(actor, "api_key_create")
     };
     audit::write(&mut *tx, entry).await?;
@@ -48,7 +55,7 @@ pub async fn create(pool: &PgPool, name: &str, actor: &str) -> Result<String, sq
 /// Live keys as this instance last read them, by hash: a revocation empties it on every instance
 /// (a trigger announces it), and a copy lives a minute at most.
 #[derive(Clone)]
-pub struct ApiKeyCache(TtlCache<Vec<u8>, i64>);
+pub struct ApiKeyCache(TtlCache<Vec<u8>, (i64, i64)>);
 
 impl Default for ApiKeyCache {
     fn default() -> Self {
@@ -61,30 +68,31 @@ impl ApiKeyCache {
         self.0.clear();
     }
 
-    /// The id of a live key this instance has seen lately.
-    pub fn cached(&self, key: &str) -> Option<i64> {
+    /// The id and app of a live key this instance has seen lately.
+    pub fn cached(&self, key: &str) -> Option<(i64, i64)> {
         self.0.get(&hash(key)).ok()
     }
 }
 
-/// The id of the live key `key`, if any. The lookup is by hash, so comparing the key itself
+/// The id and app of the live key `key`, if any. The lookup is by hash, so comparing the key itself
 /// takes no time that depends on how much of it matched. Unknown keys are not cached: they are
 /// asked of the database each time.
 pub async fn verify(
     pool: &PgPool,
     cache: &ApiKeyCache,
     key: &str,
-) -> Result<Option<i64>, sqlx::Error> {
+) -> Result<Option<(i64, i64)>, sqlx::Error> {
     let hashed = hash(key);
     let ticket = match cache.0.get(&hashed) {
         Ok(id) => return Ok(Some(id)),
         Err(ticket) => ticket,
     };
-    let id: Option<i64> =
-        sqlx::query_scalar("SELECT id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-            .bind(&hashed)
-            .fetch_optional(pool)
-            .await?;
+    let id: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT id, app_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+    )
+    .bind(&hashed)
+    .fetch_optional(pool)
+    .await?;
     if let Some(id) = id {
         cache.0.store(ticket, hashed, id);
     }
@@ -118,14 +126,18 @@ pub async fn revoke(pool: &PgPool, name: &str, actor: &str) -> Result<bool, sqlx
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct KeyInfo {
     pub name: String,
+    pub app: String,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 pub async fn list(pool: &PgPool) -> Result<Vec<KeyInfo>, sqlx::Error> {
-    sqlx::query_as("SELECT name, created_at, revoked_at FROM api_keys ORDER BY created_at")
-        .fetch_all(pool)
-        .await
+    sqlx::query_as(
+        "SELECT k.name, a.name AS app, k.created_at, k.revoked_at
+         FROM api_keys k JOIN apps a ON a.id = k.app_id ORDER BY k.created_at",
+    )
+    .fetch_all(pool)
+    .await
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 use serde_json::Value;
 use sqlx::{PgExecutor, PgPool};
 
+use crate::sender::SenderKey;
+
 /// The actor of automatic decisions.
 pub const SYSTEM: &str = "system";
 
@@ -15,7 +17,7 @@ pub struct Entry<'a> {
     pub action: &'a str,
     /// The admin the entry is about or by, when there is one.
     pub admin_id: Option<i64>,
-    pub sender_id: Option<&'a str>,
+    pub sender: Option<&'a SenderKey>,
     pub rule_id: Option<i64>,
     pub detail: Value,
     pub note: Option<&'a str>,
@@ -28,7 +30,7 @@ impl<'a> Entry<'a> {
             actor,
             action,
             admin_id: None,
-            sender_id: None,
+            sender: None,
             rule_id: None,
             detail: Value::Object(Default::default()),
             note: None,
@@ -39,13 +41,15 @@ impl<'a> Entry<'a> {
 /// Writes one entry, in the caller's transaction or on its own.
 pub async fn write<'e>(db: impl PgExecutor<'e>, entry: Entry<'_>) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO audit_log (actor, action, admin_id, sender_id, rule_id, detail, note)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO audit_log (actor, action, admin_id, app_id, sender_id, rule_id, detail,
+             note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(entry.actor)
     .bind(entry.action)
     .bind(entry.admin_id)
-    .bind(entry.sender_id)
+    .bind(entry.sender.map(|s| s.app_id))
+    .bind(entry.sender.map(|s| s.id.as_str()))
     .bind(entry.rule_id)
     .bind(entry.detail)
     .bind(entry.note)
@@ -68,25 +72,34 @@ pub struct Recorded {
     pub at: chrono::DateTime<chrono::Utc>,
     pub actor: String,
     pub action: String,
+    /// The app of the sender the entry is about.
+    pub app: Option<String>,
     pub sender_id: Option<String>,
     pub detail: Value,
     pub note: Option<String>,
 }
 
-/// The audit log, newest first, optionally of one admin (`$1`) or sender (`$2`).
-pub const PAGE: &str = "SELECT at, actor, action, sender_id, detail, note FROM audit_log
-     WHERE ($1 = '' OR actor = $1) AND ($2 = '' OR sender_id = $2)
-     ORDER BY at DESC, id DESC LIMIT $3 OFFSET $4";
+/// The audit log, newest first, optionally of one admin (`$1`), one sender id (`$2`) and one
+/// app (`$3`).
+pub const PAGE: &str = "SELECT l.at, l.actor, l.action, a.name AS app, l.sender_id, l.detail,
+         l.note
+     FROM audit_log l LEFT JOIN apps a ON a.id = l.app_id
+     WHERE ($1 = '' OR l.actor = $1) AND ($2 = '' OR l.sender_id = $2)
+       AND ($3::bigint IS NULL OR l.app_id = $3)
+     ORDER BY l.at DESC, l.id DESC LIMIT $4 OFFSET $5";
 
 /// A sender's history, newest first.
-pub const OF_SENDER: &str = "SELECT at, actor, action, sender_id, detail, note FROM audit_log
-     WHERE sender_id = $1 ORDER BY at DESC, id DESC LIMIT 100";
+pub const OF_SENDER: &str = "SELECT l.at, l.actor, l.action, a.name AS app, l.sender_id,
+         l.detail, l.note
+     FROM audit_log l LEFT JOIN apps a ON a.id = l.app_id
+     WHERE l.sender_id = $2 AND l.app_id = $1 ORDER BY l.at DESC, l.id DESC LIMIT 100";
 
 /// Which entries a page shows; an empty filter matches every entry.
 #[derive(Debug, Clone, Copy)]
 pub struct Filter<'a> {
     pub actor: &'a str,
     pub sender_id: &'a str,
+    pub app_id: Option<i64>,
 }
 
 /// `limit` entries matching `filter`, after skipping `offset`.
@@ -99,6 +112,7 @@ pub async fn page(
     sqlx::query_as(PAGE)
         .bind(filter.actor)
         .bind(filter.sender_id)
+        .bind(filter.app_id)
         .bind(limit)
         .bind(offset)
         .fetch_all(pool)
@@ -106,9 +120,10 @@ pub async fn page(
 }
 
 /// The last hundred entries about one sender.
-pub async fn of_sender(pool: &PgPool, sender_id: &str) -> Result<Vec<Recorded>, sqlx::Error> {
+pub async fn of_sender(pool: &PgPool, sender: &SenderKey) -> Result<Vec<Recorded>, sqlx::Error> {
     sqlx::query_as(OF_SENDER)
-        .bind(sender_id)
+        .bind(sender.app_id)
+        .bind(&sender.id)
         .fetch_all(pool)
         .await
 }

@@ -11,12 +11,15 @@ use sqlx::postgres::{PgListener, PgNotification};
 use tokio_util::sync::CancellationToken;
 
 use crate::api_keys::ApiKeyCache;
+use crate::apps::AppCache;
 use crate::moderation::SenderStates;
 use crate::rules::RuleCache;
+use crate::sender::SenderKey;
 
 const RULES: &str = "sendguard_rules";
 const SENDERS: &str = "sendguard_senders";
 const API_KEYS: &str = "sendguard_api_keys";
+const APPS: &str = "sendguard_apps";
 
 enum Event {
     Notified(PgNotification),
@@ -31,6 +34,7 @@ pub struct Watched {
     pub rules: RuleCache,
     pub senders: SenderStates,
     pub api_keys: ApiKeyCache,
+    pub apps: AppCache,
 }
 
 impl Watched {
@@ -56,6 +60,7 @@ impl Watched {
                 // Whatever changed while nobody listened.
                 self.forget_cached_rows();
                 self.rules.reload(pool).await;
+                self.apps.reload(pool).await;
             }
             let wait = next_reload.saturating_duration_since(tokio::time::Instant::now());
             let event = match listener.as_mut() {
@@ -74,8 +79,12 @@ impl Watched {
             match event {
                 Event::Notified(n) => match n.channel() {
                     RULES => self.rules.reload(pool).await,
-                    SENDERS => self.senders.forget(n.payload()),
+                    SENDERS => match SenderKey::parse_notification(n.payload()) {
+                        Some(sender) => self.senders.forget(&sender),
+                        None => self.senders.clear(),
+                    },
                     API_KEYS => self.api_keys.clear(),
+                    APPS => self.apps.reload(pool).await,
                     _ => {}
                 },
                 Event::Lost => {
@@ -89,6 +98,7 @@ impl Watched {
                 }
                 Event::Tick => {
                     self.rules.reload(pool).await;
+                    self.apps.reload(pool).await;
                     next_reload = tokio::time::Instant::now() + Duration::from_secs(1);
                 }
             }
@@ -104,7 +114,7 @@ async fn listen(pool: &PgPool) -> Option<PgListener> {
             return None;
         }
     };
-    match listener.listen_all([RULES, SENDERS, API_KEYS]).await {
+    match listener.listen_all([RULES, SENDERS, API_KEYS, APPS]).await {
         Ok(()) => Some(listener),
         Err(e) => {
             tracing::warn!(error = %e, "LISTEN failed; polling rules only");

@@ -110,6 +110,16 @@ pub struct Config {
     )]
     pub public_url: String,
 
+    /// The key that signs the unsubscribe and report links of emails (at least 32
+    /// characters), the same on every instance; unset: a key generated at the first migration
+    /// and kept in Postgres.
+    #[arg(long, env = "SENDGUARD_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+
+    /// Allow webhook URLs that resolve to private addresses, and http (internal receivers).
+    #[arg(long, env = "SENDGUARD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
+    pub webhook_allow_private: bool,
+
     /// Days a sender counts as new for `new_senders_only` rules (age from the invite's
     /// `sender_created_at`, else from when sendguard first saw the sender).
     #[arg(long, env = "SENDGUARD_NEW_SENDER_DAYS", default_value_t = 7)]
@@ -131,6 +141,15 @@ pub struct Config {
     /// First retry delay in milliseconds; it doubles with each attempt (with jitter).
     #[arg(long, env = "SENDGUARD_MAIL_RETRY_BASE_MS", default_value_t = 2000)]
     pub mail_retry_base_ms: u64,
+
+    /// First retry delay of a webhook delivery in milliseconds; it doubles with each attempt
+    /// (capped at 4 hours), and an event is given up only after a day and 8 attempts.
+    #[arg(
+        long,
+        env = "SENDGUARD_WEBHOOK_RETRY_BASE_MS",
+        default_value_t = 30_000
+    )]
+    pub webhook_retry_base_ms: u64,
 
     /// How long a worker may hold a claimed invite before another instance takes it over.
     #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60)]

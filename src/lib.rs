@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod api_keys;
+pub mod apps;
 pub mod audit;
 pub mod cache;
 mod changes;
@@ -19,11 +20,15 @@ pub mod moderation;
 mod names;
 pub mod ops;
 pub mod outcomes;
+pub mod recipients;
 pub mod reports;
 pub mod retention;
 pub mod rules;
+pub mod sender;
 pub mod signals;
 pub mod startup;
+pub mod urls;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -40,6 +45,9 @@ pub use startup::{Running, StartError};
 const API_IN_FLIGHT: usize = 1024;
 const DASHBOARD_IN_FLIGHT: usize = 256;
 const OPS_IN_FLIGHT: usize = 64;
+const RECIPIENT_IN_FLIGHT: usize = 128;
+/// Largest body of a recipient's page post (the one-click body is 26 bytes).
+const RECIPIENT_BODY: usize = 4 * 1024;
 /// Largest body of a dashboard form.
 const FORM_BODY: usize = 64 * 1024;
 /// Key lookups in the database at once (of a pool of 16 connections).
@@ -52,6 +60,7 @@ struct AppState {
     events: outcomes::http::Events,
     api_keys: http::ApiKeys,
     dashboard: admin::Dashboard,
+    recipients: recipients::pages::RecipientPages,
     trusted: http::TrustedProxies,
     ops: ops::Ops,
 }
@@ -87,6 +96,20 @@ fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> 
             http::Edge::new(DASHBOARD_IN_FLIGHT, metrics),
             http::observe,
         ));
+    let recipient_pages = Router::new()
+        .route(
+            "/r/{invite}/unsubscribe",
+            get(recipients::pages::unsubscribe_page).post(recipients::pages::unsubscribe),
+        )
+        .route(
+            "/r/{invite}/report",
+            get(recipients::pages::report_page).post(recipients::pages::report),
+        )
+        .layer(from_fn_with_state(body(RECIPIENT_BODY), http::read_body))
+        .layer(from_fn_with_state(
+            http::Edge::new(RECIPIENT_IN_FLIGHT, metrics),
+            http::observe,
+        ));
     let probes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
@@ -101,6 +124,7 @@ fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> 
         hsts: cfg.public_url.starts_with("https://"),
     };
     api.merge(dashboard)
+        .merge(recipient_pages)
         .merge(probes)
         .layer(map_response_with_state(headers, http::security_headers))
         .with_state(state)
@@ -126,6 +150,7 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
     let state = AppState {
         invites: invites::http::InviteApi {
             service: services.invites.clone(),
+            apps: services.apps.clone(),
         },
         events: outcomes::http::Events {
             outcomes: services.outcomes.clone(),
@@ -136,6 +161,12 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
             lookups: Arc::new(Semaphore::new(KEY_LOOKUPS)),
         },
         dashboard: services.dashboard.clone(),
+        recipients: recipients::pages::RecipientPages {
+            pool: services.pool.clone(),
+            key: services.links.clone(),
+            apps: services.apps.clone(),
+            outcomes: services.outcomes.clone(),
+        },
         trusted: services.trusted.clone(),
         ops: ops.clone(),
     };

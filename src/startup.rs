@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::accounts::Passwords;
 use crate::admin::{self, Dashboard};
 use crate::api_keys::ApiKeyCache;
+use crate::apps::AppCache;
 use crate::changes;
 use crate::config::Config;
 use crate::db::{self, DbError};
@@ -24,8 +25,10 @@ use crate::mail::{self, Outbox, OutboxSettings, Transport};
 use crate::metrics::Metrics;
 use crate::moderation::SenderStates;
 use crate::outcomes::Outcomes;
+use crate::recipients::{LinkKey, LinkKeyError};
 use crate::retention::Retention;
 use crate::rules::{RuleCache, RuleError};
+use crate::webhooks::{Deliverer, WebhookError, WebhookSettings};
 
 /// Password checks (argon2, CPU-bound) at once; more logins are answered 429 at once.
 const PASSWORD_CHECKS: usize = 2;
@@ -44,6 +47,10 @@ pub enum StartError {
     Listen(SocketAddr, std::io::Error),
     #[error("configuration: {0}")]
     Config(String),
+    #[error("link key: {0}")]
+    LinkKey(#[from] LinkKeyError),
+    #[error("webhooks: {0}")]
+    Webhooks(#[from] WebhookError),
 }
 
 /// Everything an instance is made of, connected and ready to serve.
@@ -56,9 +63,12 @@ pub struct Services {
     pub dashboard: Dashboard,
     pub trusted: TrustedProxies,
     pub outcomes: Outcomes,
+    pub apps: AppCache,
+    pub links: LinkKey,
     rules: RuleCache,
     senders: SenderStates,
     outbox: Outbox,
+    webhooks: Deliverer,
 }
 
 impl Services {
@@ -66,6 +76,8 @@ impl Services {
     pub async fn connect(cfg: &Config) -> Result<Services, StartError> {
         let pool = db::connect_and_migrate(&cfg.database.database_url).await?;
         let rules = RuleCache::load(&pool).await?;
+        let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
+        let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
         let limiter = counters(cfg).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
@@ -84,6 +96,8 @@ impl Services {
             transport,
             metrics.clone(),
             outcomes.clone(),
+            apps.clone(),
+            links.clone(),
             OutboxSettings {
                 from: mail::parse_from(&cfg.mail_from)?,
                 public_url: cfg.public_url.clone(),
@@ -94,6 +108,15 @@ impl Services {
                 idle: Duration::from_millis(200),
             },
         );
+        let webhooks = Deliverer::new(
+            pool.clone(),
+            WebhookSettings {
+                allow_private: cfg.webhook_allow_private,
+                retry_base: Duration::from_millis(cfg.webhook_retry_base_ms.max(1)),
+                poll: Duration::from_millis(500),
+                ..WebhookSettings::default()
+            },
+        )?;
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
@@ -115,6 +138,7 @@ impl Services {
             limiter: limiter.clone(),
             keys,
             rules: rules.clone(),
+            apps: apps.clone(),
             secure_cookies: cfg.public_url.starts_with("https://"),
             setup: admin::setup::SetupLink::default(),
             passwords: Passwords::new(PASSWORD_CHECKS),
@@ -129,9 +153,12 @@ impl Services {
             dashboard,
             trusted: TrustedProxies::new(cfg.trusted_proxies.clone()),
             outcomes,
+            apps,
+            links,
             rules,
             senders,
             outbox,
+            webhooks,
         })
     }
 }
@@ -204,6 +231,8 @@ pub async fn launch(
         rules,
         senders,
         outbox,
+        apps,
+        webhooks,
         ..
     } = services;
 
@@ -235,12 +264,14 @@ pub async fn launch(
         stop.clone(),
     ));
     tasks.spawn(outbox.run(stop.clone()));
+    tasks.spawn(webhooks.run(stop.clone()));
     tasks.spawn(invites.watch_deferred(stop.clone()));
     tasks.spawn(
         changes::Watched {
             rules,
             senders,
             api_keys,
+            apps,
         }
         .watch(pool.clone(), stop.clone()),
     );

@@ -15,6 +15,7 @@ pub(super) struct AuditRow {
     when: String,
     actor: String,
     action: String,
+    app: Option<String>,
     sender: Option<String>,
     detail: String,
     note: String,
@@ -27,6 +28,7 @@ pub(super) struct AuditPage {
     csrf: String,
     actor: String,
     sender: String,
+    app: String,
     entries: Vec<AuditRow>,
     page: i64,
     more: bool,
@@ -38,6 +40,8 @@ pub(super) struct AuditQuery {
     actor: String,
     #[serde(default)]
     sender: String,
+    #[serde(default)]
+    app: String,
     page: Option<i64>,
 }
 
@@ -49,9 +53,12 @@ pub(super) async fn audit_log(
     let page = page_number(q.page);
     let actor = q.actor.trim().to_owned();
     let sender = q.sender.trim().to_owned();
+    let app = q.app.trim().to_owned();
+    let app_id = dashboard.app_filter(&app)?;
     let filter = Filter {
         actor: &actor,
         sender_id: &sender,
+        app_id,
     };
     let rows = audit::page(&dashboard.pool, filter, PAGE + 1, (page - 1) * PAGE).await?;
     let more = rows.len() as i64 > PAGE;
@@ -65,6 +72,7 @@ pub(super) async fn audit_log(
                 when: time(Some(e.at)),
                 actor: e.actor,
                 action: e.action,
+                app: e.app,
                 sender: e.sender_id,
                 detail: e.detail.to_string(),
                 note: e.note.unwrap_or_default(),
@@ -72,6 +80,7 @@ pub(super) async fn audit_log(
             .collect(),
         actor,
         sender,
+        app,
         page,
         more,
     })

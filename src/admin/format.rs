@@ -39,6 +39,10 @@ pub enum Notice {
         changed: bool,
     },
     NoteAdded,
+    /// A recipient taken off an app's suppression list (or, `removed` false, not on it).
+    Unsuppressed {
+        removed: bool,
+    },
 }
 
 /// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
@@ -63,6 +67,7 @@ impl Notice {
             "rule_saved" => Notice::RuleSaved,
             "invite_decided" => Notice::InviteDecided { changed: n > 0 },
             "note_added" => Notice::NoteAdded,
+            "unsuppressed" => Notice::Unsuppressed { removed: n > 0 },
             action => Notice::Reviewed {
                 action: action.parse().ok()?,
                 invites: n,
@@ -84,6 +89,9 @@ impl Notice {
                 format!("done=invite_decided&n={}", u8::from(changed))
             }
             Notice::NoteAdded => "done=note_added".into(),
+            Notice::Unsuppressed { removed } => {
+                format!("done=unsuppressed&n={}", u8::from(removed))
+            }
         }
     }
 
@@ -109,6 +117,12 @@ impl Notice {
                 "That invite was no longer held; nothing changed.".into()
             }
             Notice::NoteAdded => "Note added.".into(),
+            Notice::Unsuppressed { removed: true } => {
+                "Removed: the app may invite this recipient again.".into()
+            }
+            Notice::Unsuppressed { removed: false } => {
+                "That recipient was not on the list; nothing changed.".into()
+            }
         }
     }
 }
@@ -203,20 +217,6 @@ pub fn window(secs: i64) -> String {
     }
 }
 
-/// `s` as one segment of a path: every byte but letters, digits and `-._~` percent-encoded,
-/// so no id can add a segment, a query or a fragment to a link.
-pub fn path_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Why an invite got its status, in one line, from its decision record.
 pub fn why(decision: &serde_json::Value) -> String {
     let exceeded: Vec<String> = decision["rules"]
@@ -236,6 +236,9 @@ pub fn why(decision: &serde_json::Value) -> String {
                 .collect()
         })
         .unwrap_or_default();
+    if decision["suppressed"] == "unsubscribed" {
+        return "the recipient unsubscribed from this app".into();
+    }
     match decision["reason"].as_str() {
         Some("trusted") => "trusted sender".into(),
         Some(reason) if reason.starts_with("sender_") => {
@@ -281,6 +284,7 @@ mod tests {
             },
             Notice::CountersKept,
             Notice::RuleSaved,
+            Notice::Unsuppressed { removed: true },
         ] {
             let query: String = notice.query();
             let done = query
@@ -304,13 +308,6 @@ mod tests {
             [("Claim at ", false), ("scam[.]com", true), (" now", false)]
         );
         assert_eq!(marked("no links here").len(), 1);
-    }
-
-    #[test]
-    fn a_path_segment_cannot_leave_its_segment() {
-        assert_eq!(path_segment("u_1"), "u_1");
-        assert_eq!(path_segment("a/../b?c=1#d e"), "a%2F..%2Fb%3Fc%3D1%23d%20e");
-        assert_eq!(path_segment("ü"), "%C3%BC");
     }
 
     #[test]

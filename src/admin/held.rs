@@ -9,27 +9,12 @@ use uuid::Uuid;
 use super::Dashboard;
 use super::auth::Admin;
 use super::error::AdminError;
-use super::format::{Notice, path_segment};
+use super::format::Notice;
+use super::senders::{same_sender, sender_of, sender_path};
 use crate::moderation::review::{self, InviteDecision};
 
-/// A form of the sender page: it names the sender it was made for.
-fn same_sender(form_sender: &str, path_sender: &str) -> Result<(), AdminError> {
-    if form_sender == path_sender {
-        Ok(())
-    } else {
-        Err(AdminError::BadForm(
-            "this form was made for another sender; reload the page and decide again".into(),
-        ))
-    }
-}
-
-fn back(sender: &str, notice: Notice) -> Response {
-    Redirect::to(&format!(
-        "/admin/senders/{}?{}",
-        path_segment(sender),
-        notice.query()
-    ))
-    .into_response()
+fn back(app: &str, id: &str, notice: Notice) -> Response {
+    Redirect::to(&format!("{}?{}", sender_path(app, id), notice.query())).into_response()
 }
 
 #[derive(Deserialize)]
@@ -43,11 +28,12 @@ pub(super) struct InviteForm {
 pub(super) async fn decide_invite(
     State(dashboard): State<Dashboard>,
     admin: Admin,
-    Path((sender, invite)): Path<(String, Uuid)>,
+    Path((app, id, invite)): Path<(String, String, Uuid)>,
     axum::Form(form): axum::Form<InviteForm>,
 ) -> Result<Response, AdminError> {
     admin.check_csrf(&form.csrf)?;
-    same_sender(&form.sender, &sender)?;
+    same_sender(&form.sender, &app, &id)?;
+    let sender = sender_of(&dashboard, &app, &id)?;
     let decision = match form.decision.as_str() {
         "release" => InviteDecision::Release,
         "discard" => InviteDecision::Discard,
@@ -62,7 +48,7 @@ pub(super) async fn decide_invite(
         Some(admin.0.admin_id),
     )
     .await?;
-    Ok(back(&sender, Notice::InviteDecided { changed }))
+    Ok(back(&app, &id, Notice::InviteDecided { changed }))
 }
 
 #[derive(Deserialize)]
@@ -76,11 +62,12 @@ pub(super) struct NoteForm {
 pub(super) async fn add_note(
     State(dashboard): State<Dashboard>,
     admin: Admin,
-    Path(sender): Path<String>,
+    Path((app, id)): Path<(String, String)>,
     axum::Form(form): axum::Form<NoteForm>,
 ) -> Result<Response, AdminError> {
     admin.check_csrf(&form.csrf)?;
-    same_sender(&form.sender, &sender)?;
+    same_sender(&form.sender, &app, &id)?;
+    let sender = sender_of(&dashboard, &app, &id)?;
     let body = form.body.trim();
     if body.is_empty() || body.chars().count() > 2000 {
         return Err(AdminError::BadForm(
@@ -95,5 +82,5 @@ pub(super) async fn add_note(
         body,
     )
     .await?;
-    Ok(back(&sender, Notice::NoteAdded))
+    Ok(back(&app, &id, Notice::NoteAdded))
 }

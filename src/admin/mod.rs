@@ -3,6 +3,7 @@
 //! answer of the service: [`crate::http::security_headers`]).
 
 pub mod accounts;
+mod apps;
 mod audit;
 mod auth;
 mod error;
@@ -21,6 +22,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use sqlx::PgPool;
 
+use crate::apps::AppCache;
 use crate::http::TrustedProxies;
 use crate::limiter::{KeyPrefix, Limiter};
 use crate::rules::RuleCache;
@@ -33,6 +35,7 @@ pub struct Dashboard {
     /// The prefix of the counters' keys, to show and clear a sender's counters.
     pub keys: KeyPrefix,
     pub rules: RuleCache,
+    pub apps: AppCache,
     /// Mark cookies `Secure` (the public URL is https).
     pub secure_cookies: bool,
     /// The first-admin link, while no admin exists.
@@ -41,6 +44,23 @@ pub struct Dashboard {
     pub passwords: accounts::Passwords,
     /// Days a sender counts as new (for backtests of `new_senders_only` rules and the queue).
     pub new_sender_days: i64,
+}
+
+impl Dashboard {
+    /// The app named in a path or form.
+    fn app(&self, name: &str) -> Result<std::sync::Arc<crate::apps::App>, error::AdminError> {
+        self.apps
+            .by_name(name)
+            .ok_or_else(|| error::AdminError::NotFound(format!("There is no app `{name}`.")))
+    }
+
+    /// The app a page is filtered by: none for an empty filter.
+    fn app_filter(&self, name: &str) -> Result<Option<i64>, error::AdminError> {
+        match name.trim() {
+            "" => Ok(None),
+            name => self.app(name).map(|a| Some(a.id)),
+        }
+    }
 }
 
 pub fn router<S>() -> Router<S>
@@ -52,6 +72,12 @@ where
     Router::new()
         .route("/admin", get(overview::overview))
         .route("/admin/audit", get(audit::audit_log))
+        .route("/admin/apps", get(apps::list))
+        .route("/admin/apps/{name}", get(apps::app_page))
+        .route(
+            "/admin/apps/{name}/suppressions/remove",
+            post(apps::unsuppress),
+        )
         .route("/admin/rules", get(rules::list))
         .route("/admin/rules/new", get(rules::new_form).post(rules::create))
         .route(
@@ -64,13 +90,16 @@ where
         .route("/admin/queue", get(queue::queue))
         .route("/admin/queue/confirm", post(queue::confirm_selected))
         .route("/admin/senders", get(senders::find_sender))
-        .route("/admin/senders/{id}", get(senders::sender_page))
-        .route("/admin/senders/{id}/review", post(senders::review_sender))
+        .route("/admin/senders/{app}/{id}", get(senders::sender_page))
         .route(
-            "/admin/senders/{id}/invites/{invite}",
+            "/admin/senders/{app}/{id}/review",
+            post(senders::review_sender),
+        )
+        .route(
+            "/admin/senders/{app}/{id}/invites/{invite}",
             post(held::decide_invite),
         )
-        .route("/admin/senders/{id}/notes", post(held::add_note))
+        .route("/admin/senders/{app}/{id}/notes", post(held::add_note))
         .route("/admin/static/admin.css", get(stylesheet))
 }
 

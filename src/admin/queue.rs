@@ -5,15 +5,21 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
 
 use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{Notice, PAGE, PageQuery, acceptance, age, counted, outcomes, page_number};
+use super::senders::sender_path;
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
+use crate::sender::SenderKey;
 
 pub(super) struct QueueRow {
+    app_id: i64,
+    app: String,
+    path: String,
     id: String,
     version: i64,
     state: String,
@@ -34,6 +40,9 @@ pub(super) struct QueueRow {
 impl From<Awaiting> for QueueRow {
     fn from(a: Awaiting) -> Self {
         QueueRow {
+            path: sender_path(&a.app, &a.id),
+            app_id: a.app_id,
+            app: a.app,
             age: age(a.since),
             acceptance: acceptance(a.accepted, a.sent),
             id: a.id,
@@ -63,18 +72,30 @@ pub(super) struct QueuePage {
     admin: Option<Viewer>,
     csrf: String,
     rows: Vec<QueueRow>,
+    /// The app the queue is filtered by ("" for all), and every app's name.
+    app: String,
+    apps: Vec<String>,
     page: i64,
     more: bool,
     notice: Option<String>,
+}
+
+/// The queue's filter, beside its page (two extractors of one query string).
+#[derive(Deserialize)]
+pub(super) struct AppFilter {
+    #[serde(default)]
+    app: String,
 }
 
 pub(super) async fn queue(
     State(dashboard): State<Dashboard>,
     admin: Admin,
     Query(q): Query<PageQuery>,
+    Query(filter): Query<AppFilter>,
 ) -> Result<QueuePage, AdminError> {
     let page = page_number(q.page);
-    let rows = senders::queue(&dashboard.pool, PAGE + 1, (page - 1) * PAGE).await?;
+    let app_id = dashboard.app_filter(&filter.app)?;
+    let rows = senders::queue(&dashboard.pool, app_id, PAGE + 1, (page - 1) * PAGE).await?;
     let more = rows.len() as i64 > PAGE;
     Ok(QueuePage {
         admin: admin.name(),
@@ -84,13 +105,20 @@ pub(super) async fn queue(
             .take(PAGE as usize)
             .map(QueueRow::from)
             .collect(),
+        app: filter.app,
+        apps: dashboard
+            .apps
+            .all()
+            .iter()
+            .map(|a| a.name.clone())
+            .collect(),
         page,
         more,
         notice: Notice::from_query(&q).map(Notice::text),
     })
 }
 
-/// Bulk "confirm ban": the form repeats `sender=<version>:<id>` once per selected row.
+/// Bulk "confirm ban": the form repeats `sender=<version>:<app id>:<id>` once per selected row.
 pub(super) async fn confirm_selected(
     State(dashboard): State<Dashboard>,
     admin: Admin,
@@ -111,12 +139,18 @@ pub(super) async fn confirm_selected(
     let mut confirmed = 0;
     let mut changed = 0;
     for pick in &picked {
-        let (version, id) = pick
-            .split_once(':')
-            .and_then(|(v, id)| Some((v.parse::<i64>().ok()?, id)))
-            .ok_or_else(|| AdminError::BadForm("a selected row was malformed".into()))?;
+        let mut parts = pick.splitn(3, ':');
+        let (version, app_id, id) = (|| {
+            Some((
+                parts.next()?.parse::<i64>().ok()?,
+                parts.next()?.parse::<i64>().ok()?,
+                parts.next()?,
+            ))
+        })()
+        .ok_or_else(|| AdminError::BadForm("a selected row was malformed".into()))?;
+        let sender = SenderKey::new(app_id, id);
         let review = Review {
-            sender_id: id,
+            sender: &sender,
             action: ReviewAction::ConfirmBan,
             seen_version: version,
             actor: &admin.0.username,

@@ -12,25 +12,87 @@ use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{
-    Notice, PAGE, PageQuery, Segment, acceptance, age, marked, outcomes, page_number, path_segment,
-    time, why, window,
+    Notice, PAGE, PageQuery, Segment, acceptance, age, marked, outcomes, page_number, time, why,
+    window,
 };
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Sender, SentInvite};
-use crate::rules::Scope;
+use crate::rules::{self, Scope};
+use crate::sender::SenderKey;
+use crate::urls::component;
+
+/// The sender of a page's path: app by name, and the app's sender id.
+pub(super) fn sender_of(
+    dashboard: &Dashboard,
+    app: &str,
+    id: &str,
+) -> Result<SenderKey, AdminError> {
+    Ok(SenderKey::new(dashboard.app(app)?.id, id))
+}
+
+/// The page of sender `id` of app `app`.
+pub(super) fn sender_path(app: &str, id: &str) -> String {
+    format!("/admin/senders/{}/{}", component(app), component(id))
+}
+
+/// A form of the sender page names the sender it was made for, as `app/id`.
+pub(super) fn same_sender(form_sender: &str, app: &str, id: &str) -> Result<(), AdminError> {
+    if form_sender == format!("{app}/{id}") {
+        Ok(())
+    } else {
+        Err(AdminError::BadForm(
+            "this form was made for another sender; reload the page and decide again".into(),
+        ))
+    }
+}
 
 #[derive(Deserialize)]
 pub(super) struct FindQuery {
     id: String,
 }
 
-pub(super) async fn find_sender(_admin: Admin, Query(q): Query<FindQuery>) -> Redirect {
-    Redirect::to(&format!("/admin/senders/{}", path_segment(q.id.trim())))
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/sender_apps.html")]
+pub(super) struct SenderAppsPage {
+    admin: Option<Viewer>,
+    csrf: String,
+    id: String,
+    /// (app, path of the sender's page in it)
+    apps: Vec<(String, String)>,
+}
+
+/// The search box: a sender id, in whichever apps have one. One app: its page at once.
+pub(super) async fn find_sender(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Query(q): Query<FindQuery>,
+) -> Result<Response, AdminError> {
+    let id = q.id.trim();
+    let apps = senders::apps_of(&dashboard.pool, id).await?;
+    match apps.as_slice() {
+        [] => Err(AdminError::NotFound(format!(
+            "No sender `{id}` has sent an invite."
+        ))),
+        [app] => Ok(Redirect::to(&sender_path(app, id)).into_response()),
+        _ => Ok(SenderAppsPage {
+            admin: admin.name(),
+            csrf: admin.csrf(),
+            id: id.to_owned(),
+            apps: apps
+                .iter()
+                .map(|app| (app.clone(), sender_path(app, id)))
+                .collect(),
+        }
+        .into_response()),
+    }
 }
 
 pub(super) struct SenderView {
+    app: String,
+    path: String,
+    form_id: String,
     id: String,
     state: String,
     version: i64,
@@ -45,9 +107,12 @@ pub(super) struct SenderView {
     first_address: String,
 }
 
-impl From<Sender> for SenderView {
-    fn from(s: Sender) -> Self {
+impl SenderView {
+    fn new(app: &str, s: Sender) -> Self {
         SenderView {
+            app: app.to_owned(),
+            path: sender_path(app, &s.id),
+            form_id: format!("{app}/{}", s.id),
             age: age(s.created_in_app_at.unwrap_or(s.first_seen_at)),
             acceptance: acceptance(s.accepted, s.sent),
             id: s.id,
@@ -151,7 +216,7 @@ pub(super) struct SenderPage {
 }
 
 /// The live counters of the sender-scoped rules, read without counting (cost 0).
-async fn counters(dashboard: &Dashboard, id: &str) -> (Vec<CounterView>, Option<String>) {
+async fn counters(dashboard: &Dashboard, sender: &SenderKey) -> (Vec<CounterView>, Option<String>) {
     let rules: Vec<_> = dashboard
         .rules
         .all()
@@ -163,7 +228,7 @@ async fn counters(dashboard: &Dashboard, id: &str) -> (Vec<CounterView>, Option<
         .map(|r| {
             dashboard
                 .keys
-                .key(&format!("sender:{id}"), &r.name, &r.quota)
+                .key(&rules::sender_subject(sender), &r.name, &r.quota)
         })
         .collect();
     let checks: Vec<Check<'_>> = rules
@@ -194,27 +259,31 @@ async fn counters(dashboard: &Dashboard, id: &str) -> (Vec<CounterView>, Option<
 async fn render_sender(
     dashboard: &Dashboard,
     admin: &Admin,
-    id: &str,
+    app: &str,
+    key: &SenderKey,
     page: i64,
     notice: Option<String>,
     error: Option<String>,
 ) -> Result<SenderPage, AdminError> {
     let pool = &dashboard.pool;
-    let sender = senders::find(pool, id)
-        .await?
-        .ok_or_else(|| AdminError::NotFound(format!("No sender `{id}` has sent an invite.")))?;
-    let flags = senders::flags(pool, id).await?;
-    let invites = senders::invites(pool, id, PAGE + 1, (page - 1) * PAGE).await?;
-    let held = senders::held(pool, id).await?;
-    let notes = senders::notes(pool, id).await?;
-    let (bounces, complaints) = senders::outcomes_last_day(pool, id).await?;
-    let history = audit::of_sender(pool, id).await?;
-    let (counters, counters_error) = counters(dashboard, id).await;
+    let sender = senders::find(pool, key).await?.ok_or_else(|| {
+        AdminError::NotFound(format!(
+            "No sender `{}` of {app} has sent an invite.",
+            key.id
+        ))
+    })?;
+    let flags = senders::flags(pool, key).await?;
+    let invites = senders::invites(pool, key, PAGE + 1, (page - 1) * PAGE).await?;
+    let held = senders::held(pool, key).await?;
+    let notes = senders::notes(pool, key).await?;
+    let (bounces, complaints) = senders::outcomes_last_day(pool, key).await?;
+    let history = audit::of_sender(pool, key).await?;
+    let (counters, counters_error) = counters(dashboard, key).await;
     let more = invites.len() as i64 > PAGE;
     Ok(SenderPage {
         admin: admin.name(),
         csrf: admin.csrf(),
-        sender: sender.into(),
+        sender: SenderView::new(app, sender),
         counters,
         counters_error,
         outcomes: outcomes(bounces, complaints),
@@ -269,11 +338,21 @@ async fn render_sender(
 pub(super) async fn sender_page(
     State(dashboard): State<Dashboard>,
     admin: Admin,
-    Path(id): Path<String>,
+    Path((app, id)): Path<(String, String)>,
     Query(q): Query<PageQuery>,
 ) -> Result<SenderPage, AdminError> {
+    let key = sender_of(&dashboard, &app, &id)?;
     let notice = Notice::from_query(&q).map(Notice::text);
-    render_sender(&dashboard, &admin, &id, page_number(q.page), notice, None).await
+    render_sender(
+        &dashboard,
+        &admin,
+        &app,
+        &key,
+        page_number(q.page),
+        notice,
+        None,
+    )
+    .await
 }
 
 /// Applies one review decision with the dashboard's stores.
@@ -306,19 +385,16 @@ pub(super) struct ReviewForm {
 pub(super) async fn review_sender(
     State(dashboard): State<Dashboard>,
     admin: Admin,
-    Path(id): Path<String>,
+    Path((app, id)): Path<(String, String)>,
     axum::Form(form): axum::Form<ReviewForm>,
 ) -> Result<Response, AdminError> {
     admin.check_csrf(&form.csrf)?;
-    if form.sender != id {
-        return Err(AdminError::BadForm(
-            "this form was made for another sender; reload the page and decide again".into(),
-        ));
-    }
+    same_sender(&form.sender, &app, &id)?;
+    let key = sender_of(&dashboard, &app, &id)?;
     let action: ReviewAction = form.action.parse().map_err(AdminError::BadForm)?;
     let note = form.note.trim();
     let review = Review {
-        sender_id: &id,
+        sender: &key,
         action,
         seen_version: form.version,
         actor: &admin.0.username,
@@ -326,12 +402,7 @@ pub(super) async fn review_sender(
         note: Some(note).filter(|n| !n.is_empty() && n.len() <= 500),
     };
     let back = |notice: Notice| {
-        Redirect::to(&format!(
-            "/admin/senders/{}?{}",
-            path_segment(&id),
-            notice.query()
-        ))
-        .into_response()
+        Redirect::to(&format!("{}?{}", sender_path(&app, &id), notice.query())).into_response()
     };
     match apply(&dashboard, &review).await {
         Ok(done) => Ok(back(Notice::Reviewed {
@@ -339,7 +410,8 @@ pub(super) async fn review_sender(
             invites: u32::try_from(done.invites_changed).unwrap_or(u32::MAX),
         })),
         Err(e @ ReviewError::Stale { .. }) => {
-            let page = render_sender(&dashboard, &admin, &id, 1, None, Some(e.to_string())).await?;
+            let page =
+                render_sender(&dashboard, &admin, &app, &key, 1, None, Some(e.to_string())).await?;
             Ok((StatusCode::CONFLICT, page).into_response())
         }
         Err(e @ ReviewError::Limiter(_)) => {

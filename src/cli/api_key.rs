@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use sendguard::config::Database;
 use sendguard::limiter::simulate::to_table;
-use sendguard::{api_keys, audit};
+use sendguard::{api_keys, apps, audit};
 
 use super::Failure;
 
@@ -12,6 +12,9 @@ pub enum ApiKeyCommand {
     /// Create a key; it is printed once, only its hash is stored.
     Create {
         name: String,
+        /// The app the key belongs to.
+        #[arg(long, default_value = apps::DEFAULT_APP)]
+        app: String,
         #[command(flatten)]
         database: Database,
     },
@@ -31,12 +34,19 @@ pub enum ApiKeyCommand {
 impl ApiKeyCommand {
     pub async fn run(self) -> Result<(), Failure> {
         match self {
-            ApiKeyCommand::Create { name, database } => {
+            ApiKeyCommand::Create {
+                name,
+                app,
+                database,
+            } => {
                 let pool = super::database(&database).await?;
-                let key = api_keys::create(&pool, &name, &audit::operator()).await?;
+                let app_id = apps::store::id_of(&pool, &app).await?;
+                let key = api_keys::create(&pool, &name, app_id, &audit::operator()).await?;
                 pool.close().await;
                 println!("{key}");
-                eprintln!("API key `{name}` created. It is shown only now: store it safely.");
+                eprintln!(
+                    "API key `{name}` of app `{app}` created. It is shown only now: store it safely."
+                );
             }
             ApiKeyCommand::Revoke { name, database } => {
                 let pool = super::database(&database).await?;
@@ -56,6 +66,7 @@ impl ApiKeyCommand {
                     .map(|k| {
                         vec![
                             k.name,
+                            k.app,
                             k.created_at.format("%Y-%m-%d %H:%M UTC").to_string(),
                             k.revoked_at
                                 .map(|t| format!("revoked {}", t.format("%Y-%m-%d %H:%M UTC")))
@@ -63,7 +74,7 @@ impl ApiKeyCommand {
                         ]
                     })
                     .collect();
-                print!("{}", to_table(&["name", "created", "state"], &rows));
+                print!("{}", to_table(&["name", "app", "created", "state"], &rows));
             }
         }
         Ok(())

@@ -2,6 +2,7 @@
 
 mod admin;
 mod api_key;
+mod app;
 mod bench;
 mod healthcheck;
 mod migrate;
@@ -33,9 +34,12 @@ enum Command {
     Serve(Box<Config>),
     /// Apply migrations and exit.
     Migrate(Database),
-    /// Manage the API keys the calling app authenticates with.
+    /// Manage the API keys apps authenticate with.
     #[command(subcommand)]
     ApiKey(api_key::ApiKeyCommand),
+    /// Manage the apps: products calling sendguard, their links, branding and webhooks.
+    #[command(subcommand)]
+    App(app::AppCommand),
     /// Manage dashboard admins.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
@@ -64,6 +68,7 @@ impl Cli {
             Command::Serve(cfg) => serve::run(&cfg).await,
             Command::Migrate(db) => migrate::run(&db).await,
             Command::ApiKey(command) => command.run().await,
+            Command::App(command) => command.run().await,
             Command::Admin(command) => command.run().await,
             Command::Rules(command) => command.run().await,
             Command::Simulate(args) => {

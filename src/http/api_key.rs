@@ -25,8 +25,12 @@ pub struct ApiKeys {
 /// How long a request waits for a lookup permit before it is answered 503.
 const LOOKUP_WAIT: Duration = Duration::from_millis(250);
 
-/// The id of the live API key the request carries.
-pub struct ApiKey(pub i64);
+/// The live API key the request carries, and its app.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiKey {
+    pub id: i64,
+    pub app_id: i64,
+}
 
 impl<S> FromRequestParts<S> for ApiKey
 where
@@ -45,8 +49,8 @@ where
             .map(str::trim)
             .filter(|k| api_keys::well_formed(k))
             .ok_or(ApiError::Unauthorized)?;
-        if let Some(id) = keys.cache.cached(key) {
-            return Ok(ApiKey(id));
+        if let Some((id, app_id)) = keys.cache.cached(key) {
+            return Ok(ApiKey { id, app_id });
         }
         let _permit = tokio::time::timeout(LOOKUP_WAIT, keys.lookups.acquire())
             .await
@@ -55,7 +59,7 @@ where
             .ok_or_else(|| ApiError::unavailable("too many key checks at once; retry shortly"))?;
         api_keys::verify(&keys.pool, &keys.cache, key)
             .await?
-            .map(ApiKey)
+            .map(|(id, app_id)| ApiKey { id, app_id })
             .ok_or(ApiError::Unauthorized)
     }
 }

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::validate::ValidInvite;
 use super::{InviteError, InviteService, store};
+use crate::sender::SenderKey;
 
 /// Deferred invites decided per transaction.
 const BATCH: i64 = 100;
@@ -21,6 +22,7 @@ impl InviteService {
         let rows = store::claim_deferred(&mut tx, BATCH).await?;
         let mut decided = 0;
         for row in &rows {
+            let sender = SenderKey::new(row.app_id, row.sender_id.as_str());
             let invite = ValidInvite {
                 sender_ip: row.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
                 sender_id: row.sender_id.clone(),
@@ -30,24 +32,19 @@ impl InviteService {
                 message: row.message.clone(),
                 sender_name: row.sender_name.clone(),
                 sender_created_at: None,
+                // The link was made when the invite was recorded.
+                accept_url: None,
             };
-            let standing = self.senders.get(&self.pool, &invite.sender_id).await?;
+            let standing = self.senders.get(&self.pool, &sender).await?;
             let at_ms = row.created_at.timestamp_millis().max(0) as u64;
-            let d = match self.decide(&invite, &standing, Some(at_ms)).await {
+            let d = match self.decide(&invite, &sender, &standing, Some(at_ms)).await {
                 Ok(d) => d,
                 // Still down: what was decided so far is kept, the rest waits.
                 Err(InviteError::Limiter(_)) => break,
                 Err(e) => return Err(e),
             };
             if let Some(b) = &d.breach {
-                store::flag(
-                    &mut tx,
-                    &invite.sender_id,
-                    b,
-                    Some(row.id),
-                    self.confirm_repeat,
-                )
-                .await?;
+                store::flag(&mut tx, &sender, b, Some(row.id), self.confirm_repeat).await?;
             }
             let mut decision = d.decision;
             decision["deferred"] = json!(true);

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::policy::Rejection;
 use super::{InvalidBody, InviteError, InviteService, Outcome, Submission, validate};
+use crate::apps::AppCache;
 use crate::http::{ApiError, ApiKey, RateLimited, require_json};
 
 /// Largest accepted body (DESIGN.md §4), enforced by `http::read_body`.
@@ -19,11 +20,12 @@ pub const MAX_BODY: usize = 16 * 1024;
 #[derive(Clone)]
 pub struct InviteApi {
     pub service: InviteService,
+    pub apps: AppCache,
 }
 
 pub async fn create(
     State(api): State<InviteApi>,
-    ApiKey(api_key_id): ApiKey,
+    key: ApiKey,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
@@ -41,10 +43,18 @@ pub async fn create(
     };
     // The body arrived whole, within its deadline and under MAX_BODY (`http::read_body`).
     let invite = validate::parse(&bytes)?;
+    let app = api
+        .apps
+        .fetch(&api.service.pool, key.app_id)
+        .await
+        .map_err(InviteError::Db)?
+        .ok_or_else(|| ApiError::unavailable("the key's app is not loaded yet; retry shortly"))?;
+    validate::check_for_app(&invite, &app)?;
     let outcome = api
         .service
         .submit(Submission {
-            api_key_id,
+            api_key_id: key.id,
+            app,
             idempotency_key,
             body: &bytes,
             invite,

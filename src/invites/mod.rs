@@ -13,15 +13,19 @@ pub mod policy;
 mod store;
 pub mod validate;
 
+use std::sync::Arc;
+
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::apps::App;
 use crate::config::RedisPolicy;
 use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::Metrics;
 use crate::moderation::{self, SenderState, SenderStates, Standing};
 use crate::rules::{RuleCache, Scope, Signal, Subjects};
+use crate::sender::SenderKey;
 use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
@@ -52,6 +56,8 @@ pub enum InviteError {
 /// One request to send an invite.
 pub struct Submission<'a> {
     pub api_key_id: i64,
+    /// The app of the key: its senders, links and branding.
+    pub app: Arc<App>,
     pub idempotency_key: Option<&'a str>,
     /// The raw body, for idempotent replays.
     pub body: &'a [u8],
@@ -99,10 +105,11 @@ impl InviteService {
             return Ok(Outcome::Accepted(id));
         }
         let invite = &sub.invite;
+        let sender = SenderKey::new(sub.app.id, invite.sender_id.as_str());
         let address = invite
             .sender_ip
             .map(|ip| crate::http::group(ip).to_string());
-        let mut standing = self.senders.get(&self.pool, &invite.sender_id).await?;
+        let mut standing = self.senders.get(&self.pool, &sender).await?;
         let facts = Facts {
             has_links: invite.has_links(),
             new_sender: standing.is_new(
@@ -111,7 +118,13 @@ impl InviteService {
                 chrono::Utc::now(),
             ),
         };
-        let linked_to = self.linked_to(&standing, address.as_deref(), facts).await?;
+        let linked_to = self
+            .linked_to(&sender, &standing, address.as_deref(), facts)
+            .await?;
+        let id = Uuid::new_v4();
+        let accept_url =
+            sub.app
+                .invite_link(invite.accept_url.as_ref(), id, invite.resource.as_deref());
         // The rules count an invite once. When the sender's state turns out to have changed
         // since this instance cached it, the verdict is derived again from the same answers.
         let mut answers: Option<Result<Vec<Checked>, LimiterError>> = None;
@@ -122,7 +135,7 @@ impl InviteService {
             } else {
                 let checked = match answers.take() {
                     Some(checked) => checked,
-                    None => match self.check_rules(invite, None, facts).await {
+                    None => match self.check_rules(invite, &sender, None, facts).await {
                         Ok(c) => Ok(c),
                         Err(InviteError::Limiter(e)) => Err(e),
                         Err(e) => return Err(e),
@@ -139,9 +152,11 @@ impl InviteService {
                 return Ok(Outcome::Rejected(r));
             }
             let new = NewInvite {
-                id: Uuid::new_v4(),
+                id,
                 api_key_id: sub.api_key_id,
+                sender: &sender,
                 invite,
+                accept_url: accept_url.as_deref(),
                 address: address.clone(),
                 status: decided.status,
                 decision: &decided.decision,
@@ -150,8 +165,8 @@ impl InviteService {
             };
             match self.record(&new, &standing, &decided).await {
                 Ok(Written::StateDiffers) => {
-                    self.senders.forget(&invite.sender_id);
-                    standing = moderation::stored_standing(&self.pool, &invite.sender_id).await?;
+                    self.senders.forget(&sender);
+                    standing = moderation::stored_standing(&self.pool, &sender).await?;
                 }
                 Ok(_) => return Ok(Outcome::Accepted(new.id)),
                 Err(e) => {
@@ -211,7 +226,7 @@ impl InviteService {
                 );
                 if decided.breach.is_some() {
                     // Every instance hears of the new state from the trigger; this one at once.
-                    self.senders.forget(&new.invite.sender_id);
+                    self.senders.forget(new.sender);
                 }
             }
             Err(e) if !idempotency::is_key_taken(e) => {
@@ -243,6 +258,7 @@ impl InviteService {
     async fn decide(
         &self,
         invite: &ValidInvite,
+        sender: &SenderKey,
         standing: &Standing,
         at_ms: Option<u64>,
     ) -> Result<Decided, InviteError> {
@@ -259,8 +275,10 @@ impl InviteService {
         let address = invite
             .sender_ip
             .map(|ip| crate::http::group(ip).to_string());
-        let linked_to = self.linked_to(standing, address.as_deref(), facts).await?;
-        let checked = self.check_rules(invite, at_ms, facts).await?;
+        let linked_to = self
+            .linked_to(sender, standing, address.as_deref(), facts)
+            .await?;
+        let checked = self.check_rules(invite, sender, at_ms, facts).await?;
         Ok(policy::verdict(
             &checked,
             standing.state,
@@ -272,6 +290,7 @@ impl InviteService {
     /// never seen is looked up by its address (it would be linked when first written).
     async fn linked_to(
         &self,
+        sender: &SenderKey,
         standing: &Standing,
         address: Option<&str>,
         facts: Facts,
@@ -282,7 +301,7 @@ impl InviteService {
         match (&standing.linked_to, address) {
             (Some(banned), _) => Ok(Some(banned.clone())),
             (None, Some(address)) if standing.unseen() => {
-                moderation::banned_near(&self.pool, address).await
+                moderation::banned_near(&self.pool, sender.app_id, address).await
             }
             _ => Ok(None),
         }
@@ -301,6 +320,7 @@ impl InviteService {
     async fn check_rules(
         &self,
         invite: &ValidInvite,
+        sender: &SenderKey,
         at_ms: Option<u64>,
         facts: Facts,
     ) -> Result<Vec<Checked>, InviteError> {
@@ -308,7 +328,7 @@ impl InviteService {
         let mut keys: Vec<LimitKey> = Vec::new();
         let ip = invite.sender_ip.map(|ip| ip.to_string());
         let of = Subjects {
-            sender_id: &invite.sender_id,
+            sender,
             sender_ip: ip.as_deref(),
             recipient: &invite.recipient,
             recipient_domain: &invite.recipient_domain,

@@ -4,6 +4,9 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use serde_json::{Map, Value};
+use url::Url;
+
+use crate::apps::App;
 
 /// An invite that passed every check; `recipient` is normalised for counting and sending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +20,9 @@ pub struct ValidInvite {
     pub sender_name: Option<String>,
     /// When the sender's account was created in the app, as the app says.
     pub sender_created_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The link the email carries (`https`, or `http` to a loopback host); its host must be
+    /// one of the app's ([`check_for_app`]).
+    pub accept_url: Option<Url>,
 }
 
 impl ValidInvite {
@@ -176,6 +182,21 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
 
     let resource = optional_line(&obj, "resource", 256)?;
     let sender_name = optional_line(&obj, "sender_name", 128)?;
+    // The name goes into the Subject under the operator's domain: a name that reads as a
+    // domain, a URL or an address ("paypal.com security") would lend it that authority.
+    if sender_name
+        .as_deref()
+        .is_some_and(crate::signals::links::has_link)
+    {
+        return Err(field_error(
+            "sender_name",
+            "must be a person's name, not a domain, URL or email address",
+        ));
+    }
+    let accept_url = match text(&obj, "accept_url")? {
+        None => None,
+        Some(raw) => Some(crate::urls::email_link(&raw).map_err(|e| field_error("accept_url", e))?),
+    };
 
     let message = text(&obj, "message")?;
     if let Some(m) = &message {
@@ -219,7 +240,22 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         message,
         sender_name,
         sender_created_at,
+        accept_url,
     })
+}
+
+/// What only the key's app can say about an invite: where its link may point.
+pub fn check_for_app(invite: &ValidInvite, app: &App) -> Result<(), InvalidBody> {
+    match &invite.accept_url {
+        Some(url) if !app.allows_link_to(url) => Err(field_error(
+            "accept_url",
+            format!(
+                "host `{}` is not one of the app's link hosts",
+                crate::urls::host_of(url)
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

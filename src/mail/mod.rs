@@ -1,11 +1,12 @@
-//! Delivery: the invite email (askama, text and HTML), the transport chosen at startup (SMTP
-//! through lettre, or .eml files), and the outbox worker that claims queued invites.
+//! Delivery: the transport chosen at startup (SMTP through lettre, or .eml files) and the
+//! outbox worker that claims queued invites; the email itself is [`render`].
+
+mod render;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use askama::Template;
-use lettre::message::{Mailbox, MultiPart};
+use lettre::message::Mailbox;
 use lettre::transport::smtp::PoolConfig;
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use rand::Rng;
@@ -14,9 +15,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::apps::AppCache;
 use crate::incident::Incident;
 use crate::metrics::Metrics;
 use crate::outcomes::{OutcomeType, Outcomes};
+use crate::recipients::{LinkKey, Purpose};
+use render::{Content, Envelope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MailError {
@@ -32,6 +36,8 @@ pub enum MailError {
     Smtp(#[from] lettre::transport::smtp::Error),
     #[error("writing the message: {0}")]
     File(#[from] lettre::transport::file::Error),
+    #[error("the invite's app: {0}")]
+    App(String),
 }
 
 impl MailError {
@@ -44,7 +50,7 @@ impl MailError {
     fn is_permanent(&self) -> bool {
         match self {
             MailError::Smtp(e) => e.is_permanent(),
-            MailError::Build(_) => true,
+            MailError::Build(_) | MailError::From(_) => true,
             _ => false,
         }
     }
@@ -85,80 +91,19 @@ impl Transport {
     }
 }
 
-#[derive(Template)]
-#[template(path = "email/subject.txt")]
-struct Subject<'a> {
-    inviter: &'a str,
-    resource: Option<&'a str>,
-}
-
-#[derive(Template)]
-#[template(path = "email/invite.txt")]
-struct InviteText<'a> {
-    inviter: &'a str,
-    resource: Option<&'a str>,
-    message: Option<&'a str>,
-    link: &'a str,
-}
-
-#[derive(Template)]
-#[template(path = "email/invite.html")]
-struct InviteHtml<'a> {
-    subject: &'a str,
-    inviter: &'a str,
-    resource: Option<&'a str>,
-    message: Option<&'a str>,
-    link: &'a str,
-}
-
 /// An invite as the outbox reads it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Outgoing {
     pub id: Uuid,
+    pub app_id: i64,
     pub recipient: String,
     pub resource: Option<String>,
     pub message: Option<String>,
     pub sender_name: Option<String>,
+    pub accept_url: Option<String>,
     pub attempts: i32,
-}
-
-/// Renders the email. Every user-supplied field was checked for control characters at the edge;
-/// lettre encodes header values, and askama escapes the HTML part.
-pub fn render(invite: &Outgoing, from: &Mailbox, public_url: &str) -> Result<Message, MailError> {
-    let inviter = invite.sender_name.as_deref().unwrap_or("Someone");
-    let resource = invite.resource.as_deref();
-    let build = |e: askama::Error| MailError::Build(e.to_string());
-    let subject = Subject { inviter, resource }.render().map_err(build)?;
-    let link = format!("{}/invites/{}", public_url.trim_end_matches('/'), invite.id);
-    let message = invite.message.as_deref();
-    let text = InviteText {
-        inviter,
-        resource,
-        message,
-        link: &link,
-    }
-    .render()
-    .map_err(build)?;
-    let html = InviteHtml {
-        subject: &subject,
-        inviter,
-        resource,
-        message,
-        link: &link,
-    }
-    .render()
-    .map_err(build)?;
-    let to: Mailbox = invite
-        .recipient
-        .parse()
-        .map_err(|e: lettre::address::AddressError| MailError::Build(e.to_string()))?;
-    Message::builder()
-        .from(from.clone())
-        .to(to)
-        .subject(subject)
-        .message_id(Some(format!("<{}@sendguard>", invite.id)))
-        .multipart(MultiPart::alternative_plain_html(text, html))
-        .map_err(|e| MailError::Build(e.to_string()))
+    /// The recipient asked the app for no more invitations: suppressed, not sent.
+    pub unsubscribed: bool,
 }
 
 /// Parses `SENDGUARD_MAIL_FROM`.
@@ -189,7 +134,11 @@ pub const CLAIM: &str =
                  ORDER BY next_attempt_at
                  LIMIT $3
                  FOR UPDATE SKIP LOCKED)
-             RETURNING id, recipient, resource, message, sender_name, attempts";
+             RETURNING id, app_id, recipient, resource, message, sender_name, accept_url,
+                 attempts,
+                 EXISTS (SELECT 1 FROM suppressions s
+                         WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient)
+                     AS unsubscribed";
 
 /// Claims queued invites and sends them. Several instances may run it on one database: a claim
 /// (`FOR UPDATE SKIP LOCKED` plus a lease) hands each invite to one worker; a worker that dies
@@ -200,6 +149,10 @@ pub struct Outbox {
     metrics: Metrics,
     /// Where a refusal is counted as a bounce.
     outcomes: Outcomes,
+    /// Each app's branding.
+    apps: AppCache,
+    /// Signs each email's unsubscribe and report links.
+    links: LinkKey,
     smtp: Incident,
     settings: OutboxSettings,
     worker_id: String,
@@ -211,6 +164,8 @@ impl Outbox {
         transport: Transport,
         metrics: Metrics,
         outcomes: Outcomes,
+        apps: AppCache,
+        links: LinkKey,
         settings: OutboxSettings,
     ) -> Self {
         Outbox {
@@ -218,6 +173,8 @@ impl Outbox {
             transport,
             metrics,
             outcomes,
+            apps,
+            links,
             smtp: Incident::new("smtp"),
             settings,
             worker_id: format!("{}-{}", std::process::id(), Uuid::new_v4().simple()),
@@ -255,13 +212,18 @@ impl Outbox {
             .fetch_all(&self.pool)
             .await?;
         let n = claimed.len();
+        let (unsubscribed, claimed): (Vec<Outgoing>, Vec<Outgoing>) =
+            claimed.into_iter().partition(|i| i.unsubscribed);
+        if !unsubscribed.is_empty() {
+            self.suppress(&unsubscribed).await?;
+        }
         let mut sends = JoinSet::new();
         for invite in claimed {
             let transport = self.transport.clone();
-            let settings = self.settings.clone();
             let metrics = self.metrics.clone();
+            let message = self.message(&invite).await;
             sends.spawn(async move {
-                let result = match render(&invite, &settings.from, &settings.public_url) {
+                let result = match message {
                     Ok(message) => {
                         let started = std::time::Instant::now();
                         let sent = transport.send(message).await;
@@ -305,6 +267,61 @@ impl Outbox {
             .await?;
         }
         Ok(n)
+    }
+
+    /// The email of `invite`, under its app's branding.
+    async fn message(&self, invite: &Outgoing) -> Result<lettre::Message, MailError> {
+        let app = self
+            .apps
+            .fetch(&self.pool, invite.app_id)
+            .await
+            .map_err(|e| MailError::App(e.to_string()))?
+            .ok_or_else(|| MailError::App(format!("no app of id {}", invite.app_id)))?;
+        let from = match &app.mail_from {
+            Some(from) => parse_from(from)?,
+            None => self.settings.from.clone(),
+        };
+        let public = &self.settings.public_url;
+        let unsubscribe = self.links.link(public, Purpose::Unsubscribe, invite.id);
+        let report = self.links.link(public, Purpose::Report, invite.id);
+        render::render(
+            &Content {
+                id: invite.id,
+                recipient: &invite.recipient,
+                sender_name: invite.sender_name.as_deref(),
+                resource: invite.resource.as_deref(),
+                message: invite.message.as_deref(),
+            },
+            &Envelope {
+                from: &from,
+                product: app.product.as_deref(),
+                accept: invite.accept_url.as_deref(),
+                unsubscribe: &unsubscribe,
+                report: &report,
+            },
+        )
+    }
+
+    /// Invites to recipients who unsubscribed from their app since the invite was queued (or
+    /// before it was released): suppressed, with the reason in the decision record.
+    async fn suppress(&self, invites: &[Outgoing]) -> Result<(), sqlx::Error> {
+        let ids: Vec<Uuid> = invites.iter().map(|i| i.id).collect();
+        sqlx::query(
+            "UPDATE invites SET status = 'suppressed',
+                 decision = decision || '{\"suppressed\": \"unsubscribed\"}'::jsonb,
+                 next_attempt_at = NULL, claimed_by = NULL, claimed_until = NULL
+             WHERE id = ANY($1) AND claimed_by = $2",
+        )
+        .bind(&ids)
+        .bind(&self.worker_id)
+        .execute(&self.pool)
+        .await?;
+        self.metrics.add(
+            "sendguard_invites_total",
+            &[("status", "suppressed")],
+            ids.len() as u64,
+        );
+        Ok(())
     }
 
     /// Schedules a failed delivery again with backoff, or gives up on it.
@@ -380,46 +397,5 @@ mod tests {
                 "attempt {attempts}: {d:?} vs {full:?}"
             );
         }
-    }
-
-    #[test]
-    fn user_text_is_escaped_in_the_html_part() {
-        let html = InviteHtml {
-            subject: "s",
-            inviter: "Bo & Co",
-            resource: Some("<b>doc</b>"),
-            message: Some("<script>alert(1)</script>"),
-            link: "http://x/invites/1",
-        }
-        .render()
-        .expect("render");
-        assert!(!html.contains("<script>"), "{html}");
-        assert!(!html.contains("<b>doc"), "{html}");
-        assert!(
-            html.contains("Bo &#38; Co") || html.contains("Bo &amp; Co"),
-            "{html}"
-        );
-    }
-
-    #[test]
-    fn the_message_id_is_the_invite_id() {
-        let invite = Outgoing {
-            id: Uuid::nil(),
-            recipient: "ana@example.com".into(),
-            resource: None,
-            message: None,
-            sender_name: None,
-            attempts: 0,
-        };
-        let from = parse_from("sendguard <no-reply@localhost>").expect("from");
-        let raw = render(&invite, &from, "http://x")
-            .expect("render")
-            .formatted();
-        let raw = String::from_utf8_lossy(&raw);
-        assert!(
-            raw.contains("Message-ID: <00000000-0000-0000-0000-000000000000@sendguard>"),
-            "{raw}"
-        );
-        assert!(raw.contains("Subject: Someone invited you\r\n"), "{raw}");
     }
 }

@@ -11,6 +11,8 @@ use uuid::Uuid;
 
 use crate::audit::{self, Entry};
 use crate::cache::TtlCache;
+use crate::sender::SenderKey;
+use crate::webhooks::{self, EventType};
 
 /// A sender's state and what the rules need to know of it, as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +74,7 @@ struct StandingRow {
 /// `senders` table per sender and minute instead of one per invite. A change is announced by
 /// a trigger and forgotten here within milliseconds.
 #[derive(Clone)]
-pub struct SenderStates(TtlCache<String, Standing>);
+pub struct SenderStates(TtlCache<SenderKey, Standing>);
 
 impl Default for SenderStates {
     fn default() -> Self {
@@ -82,18 +84,18 @@ impl Default for SenderStates {
 
 impl SenderStates {
     /// The sender's standing; a sender never seen is active.
-    pub async fn get(&self, pool: &PgPool, sender_id: &str) -> Result<Standing, sqlx::Error> {
-        let ticket = match self.0.get(sender_id) {
+    pub async fn get(&self, pool: &PgPool, sender: &SenderKey) -> Result<Standing, sqlx::Error> {
+        let ticket = match self.0.get(sender) {
             Ok(standing) => return Ok(standing),
             Err(ticket) => ticket,
         };
-        let standing = stored_standing(pool, sender_id).await?;
-        self.0.store(ticket, sender_id.to_owned(), standing.clone());
+        let standing = stored_standing(pool, sender).await?;
+        self.0.store(ticket, sender.clone(), standing.clone());
         Ok(standing)
     }
 
-    pub fn forget(&self, sender_id: &str) {
-        self.0.remove(sender_id);
+    pub fn forget(&self, sender: &SenderKey) {
+        self.0.remove(sender);
     }
 
     pub fn clear(&self) {
@@ -102,13 +104,14 @@ impl SenderStates {
 }
 
 /// The sender's standing as stored now; a sender never seen is active.
-pub async fn stored_standing(pool: &PgPool, sender_id: &str) -> Result<Standing, sqlx::Error> {
+pub async fn stored_standing(pool: &PgPool, sender: &SenderKey) -> Result<Standing, sqlx::Error> {
     let row: Option<StandingRow> = sqlx::query_as(
         "SELECT state, version, COALESCE(created_in_app_at, first_seen_at) AS since, accepted,
              linked_to
-         FROM senders WHERE id = $1",
+         FROM senders WHERE app_id = $1 AND id = $2",
     )
-    .bind(sender_id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_optional(pool)
     .await?;
     Ok(row
@@ -124,15 +127,21 @@ pub async fn stored_standing(pool: &PgPool, sender_id: &str) -> Result<Standing,
         .unwrap_or(Standing::UNSEEN))
 }
 
-/// The sender banned within [`MEMORY_DAYS`] from `address` (an address group), if any.
-pub async fn banned_near(pool: &PgPool, address: &str) -> Result<Option<String>, sqlx::Error> {
+/// The sender of app `app_id` banned within [`MEMORY_DAYS`] from `address` (an address group),
+/// if any.
+pub async fn banned_near(
+    pool: &PgPool,
+    app_id: i64,
+    address: &str,
+) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT sender_id FROM banned_addresses
-         WHERE address = $1 AND banned_at > now() - make_interval(days => $2)
+         WHERE app_id = $3 AND address = $1 AND banned_at > now() - make_interval(days => $2)
          ORDER BY banned_at DESC LIMIT 1",
     )
     .bind(address)
     .bind(MEMORY_DAYS)
+    .bind(app_id)
     .fetch_optional(pool)
     .await
 }
@@ -179,7 +188,7 @@ impl FromStr for SenderState {
 /// The evidence that a sender tripped a rule.
 #[derive(Debug, Clone)]
 pub struct Flag<'a> {
-    pub sender_id: &'a str,
+    pub sender: &'a SenderKey,
     /// `None` for a flag no stored rule made (a sender linked to a banned one).
     pub rule_id: Option<i64>,
     pub rule_name: &'a str,
@@ -203,11 +212,11 @@ async fn record_flag(
     repeat: bool,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO flags (sender_id, rule_id, rule_name, signal, action, observed,
+        "INSERT INTO flags (app_id, sender_id, rule_id, rule_name, signal, action, observed,
              limit_count, window_secs, invite_id, repeat)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         VALUES ($11, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
-    .bind(flag.sender_id)
+    .bind(&flag.sender.id)
     .bind(flag.rule_id)
     .bind(flag.rule_name)
     .bind(flag.signal)
@@ -217,12 +226,13 @@ async fn record_flag(
     .bind(flag.window_secs)
     .bind(flag.invite_id)
     .bind(repeat)
+    .bind(flag.sender.app_id)
     .execute(&mut **tx)
     .await?;
     audit::write(
         &mut **tx,
         Entry {
-            sender_id: Some(flag.sender_id),
+            sender: Some(flag.sender),
             rule_id: flag.rule_id,
             detail: serde_json::json!({
                 "rule": flag.rule_name,
@@ -242,7 +252,8 @@ async fn record_flag(
 /// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
 /// transaction; a repeat offender (banned again within [`MEMORY_DAYS`] of a lift) goes straight
 /// to `banned` when `confirm_repeat` is set. A sender that is no longer active (trusted,
-/// already banned) is left alone. Returns the new state, if it changed.
+/// already banned) is left alone. Returns the new state, if it changed. The app hears of it
+/// through its webhook, from the same transaction.
 pub async fn shadow_ban(
     tx: &mut Transaction<'_, Postgres>,
     flag: &Flag<'_>,
@@ -250,15 +261,16 @@ pub async fn shadow_ban(
 ) -> Result<Option<SenderState>, sqlx::Error> {
     let changed: Option<(String, bool)> = sqlx::query_as(
         "UPDATE senders SET
-             state = CASE WHEN $2 AND COALESCE(lifted_at > now() - make_interval(days => $3), false)
+             state = CASE WHEN $3 AND COALESCE(lifted_at > now() - make_interval(days => $4), false)
                  THEN 'banned' ELSE 'shadow_banned' END,
              repeat_offender = repeat_offender
-                 OR COALESCE(lifted_at > now() - make_interval(days => $3), false),
+                 OR COALESCE(lifted_at > now() - make_interval(days => $4), false),
              version = version + 1, state_changed_at = now(), state_changed_by = 'system'
-         WHERE id = $1 AND state = 'active'
-         RETURNING state, COALESCE(lifted_at > now() - make_interval(days => $3), false)",
+         WHERE app_id = $1 AND id = $2 AND state = 'active'
+         RETURNING state, COALESCE(lifted_at > now() - make_interval(days => $4), false)",
     )
-    .bind(flag.sender_id)
+    .bind(flag.sender.app_id)
+    .bind(&flag.sender.id)
     .bind(confirm_repeat)
     .bind(MEMORY_DAYS)
     .fetch_optional(&mut **tx)
@@ -268,42 +280,89 @@ pub async fn shadow_ban(
     };
     record_flag(tx, flag, "shadow_ban", repeat).await?;
     let state: SenderState = state.parse().unwrap_or(SenderState::ShadowBanned);
-    if state == SenderState::Banned {
+    let reason = if state == SenderState::Banned {
         let entry = Entry {
-            sender_id: Some(flag.sender_id),
+            sender: Some(flag.sender),
             detail: serde_json::json!({"reason": "repeat offender, confirmed automatically"}),
             ..Entry::new(audit::SYSTEM, "confirm_ban")
         };
         audit::write(&mut **tx, entry).await?;
-    }
-    remember_addresses(tx, flag.sender_id).await?;
+        EventType::SenderBanned
+    } else {
+        EventType::SenderShadowBanned
+    };
+    let data = serde_json::json!({
+        "rule": flag.rule_name,
+        "signal": flag.signal,
+        "observed": flag.observed,
+        "limit": flag.limit,
+        "window_secs": flag.window_secs,
+        "repeat_offender": repeat,
+    });
+    announce(tx, flag.sender, reason, data).await?;
+    remember_addresses(tx, flag.sender).await?;
     Ok(Some(state))
 }
 
-/// Flags a sender for review without changing its state: a `hold` breach.
+/// Flags a sender for review without changing its state: a `hold` breach. The app hears of
+/// the held invite through its webhook.
 pub async fn hold(tx: &mut Transaction<'_, Postgres>, flag: &Flag<'_>) -> Result<(), sqlx::Error> {
-    record_flag(tx, flag, "hold", false).await
+    record_flag(tx, flag, "hold", false).await?;
+    let data = serde_json::json!({
+        "invite_id": flag.invite_id,
+        "rule": flag.rule_name,
+        "signal": flag.signal,
+    });
+    announce(tx, flag.sender, EventType::InviteHeld, data).await
 }
 
-/// Keeps the addresses a banned sender sent from (IPv6 by /64), so that a new sender first
-/// seen from one of them within [`MEMORY_DAYS`] is linked to it.
+/// Writes a webhook event about `sender` into the outbox, in the caller's transaction, when
+/// the sender's app has a webhook.
+pub async fn announce(
+    tx: &mut Transaction<'_, Postgres>,
+    sender: &SenderKey,
+    kind: EventType,
+    data: serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    let app: Option<String> =
+        sqlx::query_scalar("SELECT name FROM apps WHERE id = $1 AND webhook_url IS NOT NULL")
+            .bind(sender.app_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let Some(app) = app else {
+        return Ok(());
+    };
+    let mut fields = match data {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    fields.insert("sender_id".into(), sender.id.clone().into());
+    webhooks::enqueue(tx, sender.app_id, &app, kind, chrono::Utc::now(), fields).await?;
+    Ok(())
+}
+
+/// Keeps the addresses a banned sender sent from (IPv6 by /64), so that a new sender of the
+/// same app first seen from one of them within [`MEMORY_DAYS`] is linked to it.
 pub async fn remember_addresses(
     tx: &mut Transaction<'_, Postgres>,
-    sender_id: &str,
+    sender: &SenderKey,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO banned_addresses (address, sender_id)
-         SELECT address, $1 FROM (
+        "INSERT INTO banned_addresses (app_id, address, sender_id)
+         SELECT $1, address, $2 FROM (
              SELECT network(set_masklen(sender_ip::inet,
                  CASE WHEN family(sender_ip::inet) = 6 THEN 64 ELSE 32 END))::text AS address
-             FROM (SELECT sender_ip FROM invites WHERE sender_id = $1 AND sender_ip IS NOT NULL
+             FROM (SELECT sender_ip FROM invites
+                   WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL
                    ORDER BY created_at DESC LIMIT 50) recent
              UNION
-             SELECT first_address FROM senders WHERE id = $1 AND first_address IS NOT NULL
+             SELECT first_address FROM senders
+             WHERE app_id = $1 AND id = $2 AND first_address IS NOT NULL
          ) addresses
-         ON CONFLICT (address, sender_id) DO UPDATE SET banned_at = now()",
+         ON CONFLICT (app_id, address, sender_id) DO UPDATE SET banned_at = now()",
     )
-    .bind(sender_id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .execute(&mut **tx)
     .await?;
     Ok(())

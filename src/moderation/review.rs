@@ -9,7 +9,9 @@ use sqlx::PgPool;
 use super::SenderState;
 use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
-use crate::rules::{RuleCache, Scope};
+use crate::rules::{self, RuleCache, Scope};
+use crate::sender::SenderKey;
+use crate::webhooks::EventType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReviewAction {
@@ -88,6 +90,19 @@ impl ReviewAction {
     fn bans(self) -> bool {
         matches!(self, ReviewAction::ConfirmBan | ReviewAction::ShadowBan)
     }
+
+    /// What the sender's app hears through its webhook.
+    fn event(self) -> Option<EventType> {
+        match self {
+            ReviewAction::ConfirmBan => Some(EventType::SenderBanned),
+            ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard => {
+                Some(EventType::SenderLifted)
+            }
+            ReviewAction::MarkTrusted => Some(EventType::SenderTrusted),
+            ReviewAction::ShadowBan => Some(EventType::SenderShadowBanned),
+            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => None,
+        }
+    }
 }
 
 impl std::str::FromStr for ReviewAction {
@@ -100,7 +115,7 @@ impl std::str::FromStr for ReviewAction {
 /// One admin decision about one sender.
 #[derive(Debug, Clone)]
 pub struct Review<'a> {
-    pub sender_id: &'a str,
+    pub sender: &'a SenderKey,
     pub action: ReviewAction,
     /// The sender's version when the admin loaded the page.
     pub seen_version: i64,
@@ -143,13 +158,16 @@ pub async fn apply(
     review: &Review<'_>,
 ) -> Result<Reviewed, ReviewError> {
     let mut tx = pool.begin().await?;
-    let current: Option<(String, i64)> =
-        sqlx::query_as("SELECT state, version FROM senders WHERE id = $1 FOR UPDATE")
-            .bind(review.sender_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let sender = review.sender;
+    let current: Option<(String, i64)> = sqlx::query_as(
+        "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_optional(&mut *tx)
+    .await?;
     let Some((state, version)) = current else {
-        return Err(ReviewError::NotFound(review.sender_id.to_owned()));
+        return Err(ReviewError::NotFound(sender.id.clone()));
     };
     if version != review.seen_version {
         return Err(ReviewError::Stale { state, version });
@@ -163,27 +181,29 @@ pub async fn apply(
              state_changed_by = $4,
              held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END,
              lifted_at = CASE WHEN $5 THEN now() ELSE lifted_at END
-         WHERE id = $1 RETURNING version",
+         WHERE app_id = $6 AND id = $1 RETURNING version",
     )
-    .bind(review.sender_id)
+    .bind(&sender.id)
     .bind(new_state.as_str())
     .bind(review.action.held_become().is_some())
     .bind(review.actor)
     .bind(review.action.lifts())
+    .bind(sender.app_id)
     .fetch_one(&mut *tx)
     .await?;
     if review.action.bans() {
-        super::remember_addresses(&mut tx, review.sender_id).await?;
+        super::remember_addresses(&mut tx, sender).await?;
     }
     let invites_changed = match review.action.held_become() {
         // Released invites go to the queue as they are: they were counted when they came in.
         Some(status) => sqlx::query(
             "UPDATE invites SET status = $2,
                  next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
-             WHERE sender_id = $1 AND status = 'held'",
+             WHERE app_id = $3 AND sender_id = $1 AND status = 'held'",
         )
-        .bind(review.sender_id)
+        .bind(&sender.id)
         .bind(status)
+        .bind(sender.app_id)
         .execute(&mut *tx)
         .await?
         .rows_affected(),
@@ -193,22 +213,30 @@ pub async fn apply(
         &mut *tx,
         Entry {
             admin_id: review.admin_id,
-            sender_id: Some(review.sender_id),
+            sender: Some(sender),
             detail: json!({"from": state, "to": new_state.as_str(), "invites": invites_changed}),
             note: review.note,
             ..Entry::new(review.actor, review.action.as_str())
         },
     )
     .await?;
-    let tripped: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT rule_name FROM flags WHERE sender_id = $1")
-            .bind(review.sender_id)
-            .fetch_all(&mut *tx)
-            .await?;
-    let ips: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT sender_ip FROM invites WHERE sender_id = $1 AND sender_ip IS NOT NULL",
+    if let Some(event) = review.action.event() {
+        let data = json!({"previous_state": state, "state": new_state.as_str()});
+        super::announce(&mut tx, sender, event, data).await?;
+    }
+    let tripped: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT rule_name FROM flags WHERE app_id = $1 AND sender_id = $2",
     )
-    .bind(review.sender_id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let ips: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT sender_ip FROM invites
+         WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -222,7 +250,7 @@ pub async fn apply(
             .filter(|r| tripped.contains(&r.name))
         {
             let subjects: Vec<String> = match rule.scope {
-                Scope::Sender => vec![format!("sender:{}", review.sender_id)],
+                Scope::Sender => vec![rules::sender_subject(sender)],
                 Scope::Ip => ips.iter().map(|ip| format!("ip:{ip}")).collect(),
                 // Recipients and the global count belong to others too: left as they are.
                 Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
@@ -265,11 +293,11 @@ impl InviteDecision {
     }
 }
 
-/// Releases or discards one held invite of `sender_id`, audited; the sender's state stays.
+/// Releases or discards one held invite of `sender`, audited; the sender's state stays.
 /// False when the invite is not (any more) held.
 pub async fn decide_invite(
     pool: &PgPool,
-    sender_id: &str,
+    sender: &SenderKey,
     invite_id: uuid::Uuid,
     decision: InviteDecision,
     actor: &str,
@@ -279,11 +307,12 @@ pub async fn decide_invite(
     let changed = sqlx::query(
         "UPDATE invites SET status = $3,
              next_attempt_at = CASE WHEN $3 = 'queued' THEN now() END
-         WHERE id = $1 AND sender_id = $2 AND status = 'held'",
+         WHERE id = $1 AND app_id = $4 AND sender_id = $2 AND status = 'held'",
     )
     .bind(invite_id)
-    .bind(sender_id)
+    .bind(&sender.id)
     .bind(decision.status())
+    .bind(sender.app_id)
     .execute(&mut *tx)
     .await?
     .rows_affected()
@@ -291,15 +320,19 @@ pub async fn decide_invite(
     if !changed {
         return Ok(false);
     }
-    sqlx::query("UPDATE senders SET held_stored = GREATEST(held_stored - 1, 0) WHERE id = $1")
-        .bind(sender_id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE senders SET held_stored = GREATEST(held_stored - 1, 0)
+         WHERE app_id = $1 AND id = $2",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .execute(&mut *tx)
+    .await?;
     audit::write(
         &mut *tx,
         Entry {
             admin_id,
-            sender_id: Some(sender_id),
+            sender: Some(sender),
             detail: json!({"invite": invite_id}),
             ..Entry::new(actor, decision.action())
         },
@@ -312,26 +345,28 @@ pub async fn decide_invite(
 /// A reviewer's private note on a sender, kept with the sender and in the audit log.
 pub async fn add_note(
     pool: &PgPool,
-    sender_id: &str,
+    sender: &SenderKey,
     author: &str,
     admin_id: Option<i64>,
     body: &str,
 ) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
-        "INSERT INTO sender_notes (sender_id, admin_id, author, body) VALUES ($1, $2, $3, $4)",
+        "INSERT INTO sender_notes (app_id, sender_id, admin_id, author, body)
+         VALUES ($5, $1, $2, $3, $4)",
     )
-    .bind(sender_id)
+    .bind(&sender.id)
     .bind(admin_id)
     .bind(author)
     .bind(body)
+    .bind(sender.app_id)
     .execute(&mut *tx)
     .await?;
     audit::write(
         &mut *tx,
         Entry {
             admin_id,
-            sender_id: Some(sender_id),
+            sender: Some(sender),
             note: Some(body),
             ..Entry::new(author, "note")
         },

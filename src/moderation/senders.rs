@@ -4,36 +4,46 @@
 
 use sqlx::PgPool;
 
+use crate::sender::SenderKey;
+
 type Time = chrono::DateTime<chrono::Utc>;
 
-/// The review queue: shadow-banned senders, and active senders with invites held for review;
-/// repeat offenders first, then newest flag first, with the evidence the page shows.
-pub const QUEUE: &str = "SELECT s.id, s.version, s.state, s.repeat_offender, s.linked_to,
+/// The review queue: shadow-banned senders, and active senders with invites held for review,
+/// of every app or of app `$3`; repeat offenders first, then newest flag first, with the
+/// evidence the page shows.
+pub const QUEUE: &str =
+    "SELECT s.app_id, a.name AS app, s.id, s.version, s.state, s.repeat_offender, s.linked_to,
             COALESCE(s.created_in_app_at, s.first_seen_at) AS since, s.accepted,
             f.rule_name, f.signal, f.action, f.observed, f.limit_count,
             s.held_stored + s.held_overflow AS held,
             d.recipients, d.domains, d.sent,
-            (SELECT count(*) FROM outcomes o WHERE o.sender_id = s.id AND o.type = 'bounce'
+            (SELECT count(*) FROM outcomes o
+                WHERE o.app_id = s.app_id AND o.sender_id = s.id AND o.type = 'bounce'
                 AND o.at > now() - interval '1 day') AS bounces,
-            (SELECT count(*) FROM outcomes o WHERE o.sender_id = s.id AND o.type = 'complaint'
+            (SELECT count(*) FROM outcomes o
+                WHERE o.app_id = s.app_id AND o.sender_id = s.id AND o.type = 'complaint'
                 AND o.at > now() - interval '1 day') AS complaints,
             (SELECT left(coalesce(i.message, i.resource, i.sender_name, ''), 140) FROM invites i
-                WHERE i.sender_id = s.id AND i.status = 'held'
+                WHERE i.app_id = s.app_id AND i.sender_id = s.id AND i.status = 'held'
                 ORDER BY i.created_at DESC LIMIT 1) AS latest_held
      FROM (SELECT * FROM senders WHERE state = 'shadow_banned'
+               AND ($3::bigint IS NULL OR app_id = $3)
            UNION ALL
-           SELECT * FROM senders WHERE state = 'active' AND held_stored > 0) s
+           SELECT * FROM senders WHERE state = 'active' AND held_stored > 0
+               AND ($3::bigint IS NULL OR app_id = $3)) s
+     JOIN apps a ON a.id = s.app_id
      LEFT JOIN LATERAL (
          SELECT rule_name, signal, action, observed, limit_count, created_at FROM flags
-         WHERE sender_id = s.id ORDER BY created_at DESC LIMIT 1) f ON true
+         WHERE app_id = s.app_id AND sender_id = s.id ORDER BY created_at DESC LIMIT 1) f ON true
      LEFT JOIN LATERAL (
          SELECT count(DISTINCT recipient) AS recipients,
                 count(DISTINCT recipient_domain) AS domains,
                 count(*) FILTER (WHERE status = 'sent') AS sent
          FROM (SELECT recipient, recipient_domain, status FROM invites i
-               WHERE i.sender_id = s.id AND i.created_at > now() - interval '1 day'
+               WHERE i.app_id = s.app_id AND i.sender_id = s.id
+                 AND i.created_at > now() - interval '1 day'
                LIMIT 10000) recent) d ON true
-     ORDER BY s.repeat_offender DESC, f.created_at DESC NULLS LAST, s.id
+     ORDER BY s.repeat_offender DESC, f.created_at DESC NULLS LAST, a.name, s.id
      LIMIT $1 OFFSET $2";
 
 /// Senders awaiting review.
@@ -44,11 +54,13 @@ pub const AWAITING: &str = "SELECT
 /// A sender's invites, newest first.
 pub const INVITES: &str = "SELECT id, created_at, recipient, status, decision, resource, message,
          sender_name FROM invites
-     WHERE sender_id = $1 ORDER BY created_at DESC, id LIMIT $2 OFFSET $3";
+     WHERE app_id = $4 AND sender_id = $1 ORDER BY created_at DESC, id LIMIT $2 OFFSET $3";
 
 /// One row of the review queue. The flag fields are empty for a sender banned by hand.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Awaiting {
+    pub app_id: i64,
+    pub app: String,
     pub id: String,
     pub version: i64,
     pub state: String,
@@ -73,11 +85,17 @@ pub struct Awaiting {
     pub latest_held: Option<String>,
 }
 
-/// `limit` rows of the review queue after skipping `offset`.
-pub async fn queue(pool: &PgPool, limit: i64, offset: i64) -> Result<Vec<Awaiting>, sqlx::Error> {
+/// `limit` rows of the review queue (of app `app_id`, or all) after skipping `offset`.
+pub async fn queue(
+    pool: &PgPool,
+    app_id: Option<i64>,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<Awaiting>, sqlx::Error> {
     sqlx::query_as(QUEUE)
         .bind(limit)
         .bind(offset)
+        .bind(app_id)
         .fetch_all(pool)
         .await
 }
@@ -105,14 +123,16 @@ pub struct Sender {
     pub sent: i64,
 }
 
-pub async fn find(pool: &PgPool, id: &str) -> Result<Option<Sender>, sqlx::Error> {
+pub async fn find(pool: &PgPool, sender: &SenderKey) -> Result<Option<Sender>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, state, version, first_seen_at, last_seen_at, created_in_app_at, held_stored,
              held_overflow, accepted, linked_to, repeat_offender, first_address,
-             (SELECT count(*) FROM invites i WHERE i.sender_id = s.id AND i.status = 'sent') AS sent
-         FROM senders s WHERE id = $1",
+             (SELECT count(*) FROM invites i
+              WHERE i.app_id = s.app_id AND i.sender_id = s.id AND i.status = 'sent') AS sent
+         FROM senders s WHERE app_id = $1 AND id = $2",
     )
-    .bind(id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_optional(pool)
     .await
 }
@@ -131,12 +151,13 @@ pub struct RecordedFlag {
 }
 
 /// The sender's fifty latest flags.
-pub async fn flags(pool: &PgPool, id: &str) -> Result<Vec<RecordedFlag>, sqlx::Error> {
+pub async fn flags(pool: &PgPool, sender: &SenderKey) -> Result<Vec<RecordedFlag>, sqlx::Error> {
     sqlx::query_as(
         "SELECT created_at, rule_name, signal, action, observed, limit_count, window_secs, repeat
-         FROM flags WHERE sender_id = $1 ORDER BY created_at DESC LIMIT 50",
+         FROM flags WHERE app_id = $1 AND sender_id = $2 ORDER BY created_at DESC LIMIT 50",
     )
-    .bind(id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_all(pool)
     .await
 }
@@ -156,13 +177,14 @@ pub struct SentInvite {
 }
 
 /// The sender's held invites, newest first, at most 100.
-pub async fn held(pool: &PgPool, id: &str) -> Result<Vec<SentInvite>, sqlx::Error> {
+pub async fn held(pool: &PgPool, sender: &SenderKey) -> Result<Vec<SentInvite>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, created_at, recipient, status, decision, resource, message, sender_name
-         FROM invites WHERE sender_id = $1 AND status = 'held'
+         FROM invites WHERE app_id = $1 AND sender_id = $2 AND status = 'held'
          ORDER BY created_at DESC LIMIT 100",
     )
-    .bind(id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_all(pool)
     .await
 }
@@ -176,23 +198,28 @@ pub struct Note {
 }
 
 /// The notes on a sender, newest first.
-pub async fn notes(pool: &PgPool, id: &str) -> Result<Vec<Note>, sqlx::Error> {
+pub async fn notes(pool: &PgPool, sender: &SenderKey) -> Result<Vec<Note>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT created_at, author, body FROM sender_notes WHERE sender_id = $1
+        "SELECT created_at, author, body FROM sender_notes WHERE app_id = $1 AND sender_id = $2
          ORDER BY created_at DESC LIMIT 100",
     )
-    .bind(id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_all(pool)
     .await
 }
 
 /// Outcomes of the sender's invites in the last day: bounces and complaints.
-pub async fn outcomes_last_day(pool: &PgPool, id: &str) -> Result<(i64, i64), sqlx::Error> {
+pub async fn outcomes_last_day(
+    pool: &PgPool,
+    sender: &SenderKey,
+) -> Result<(i64, i64), sqlx::Error> {
     sqlx::query_as(
         "SELECT count(*) FILTER (WHERE type = 'bounce'), count(*) FILTER (WHERE type = 'complaint')
-         FROM outcomes WHERE sender_id = $1 AND at > now() - interval '1 day'",
+         FROM outcomes WHERE app_id = $1 AND sender_id = $2 AND at > now() - interval '1 day'",
     )
-    .bind(id)
+    .bind(sender.app_id)
+    .bind(&sender.id)
     .fetch_one(pool)
     .await
 }
@@ -200,14 +227,24 @@ pub async fn outcomes_last_day(pool: &PgPool, id: &str) -> Result<(i64, i64), sq
 /// `limit` of the sender's invites, newest first, after skipping `offset`.
 pub async fn invites(
     pool: &PgPool,
-    id: &str,
+    sender: &SenderKey,
     limit: i64,
     offset: i64,
 ) -> Result<Vec<SentInvite>, sqlx::Error> {
     sqlx::query_as(INVITES)
-        .bind(id)
+        .bind(&sender.id)
         .bind(limit)
         .bind(offset)
+        .bind(sender.app_id)
         .fetch_all(pool)
         .await
+}
+
+/// The apps that have a sender of id `$1`, by name.
+pub const APPS_OF: &str = "SELECT a.name FROM senders s JOIN apps a ON a.id = s.app_id
+     WHERE s.id = $1 ORDER BY a.name";
+
+/// The apps that have a sender of this id, by name.
+pub async fn apps_of(pool: &PgPool, id: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(APPS_OF).bind(id).fetch_all(pool).await
 }

@@ -19,7 +19,7 @@ pub struct Events {
 
 pub async fn record(
     State(events): State<Events>,
-    ApiKey(api_key_id): ApiKey,
+    key: ApiKey,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -27,7 +27,7 @@ pub async fn record(
     let (invite_id, kind) = parse(&body)?;
     events
         .outcomes
-        .record(invite_id, kind, Some(api_key_id))
+        .record(invite_id, kind, Some(key.app_id))
         .await?;
     // The same answer whether this outcome was new or a repeat: it is counted once either way.
     Ok((StatusCode::ACCEPTED, Json(json!({"status": "recorded"}))).into_response())

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
 use crate::moderation::{self, Flag, SenderStates};
 use crate::rules::{Action, RuleCache, Signal, Subjects};
+use crate::sender::SenderKey;
 
 /// A kind of outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +91,7 @@ pub struct Outcomes {
 /// The invite an outcome is about.
 #[derive(sqlx::FromRow)]
 struct Of {
+    app_id: i64,
     sender_id: String,
     sender_ip: Option<String>,
     recipient: String,
@@ -97,39 +99,42 @@ struct Of {
 }
 
 impl Outcomes {
-    /// Records outcome `kind` of invite `invite_id`. `api_key_id` is the caller's key: an
-    /// invite it did not send is not found. `None` for what sendguard itself saw (a refusal
-    /// from the mail server, the report link).
+    /// Records outcome `kind` of invite `invite_id`. `app_id` is the caller's app: an invite
+    /// of another app is not found. `None` for what sendguard itself saw (a refusal from the
+    /// mail server, the report link).
     pub async fn record(
         &self,
         invite_id: Uuid,
         kind: OutcomeType,
-        api_key_id: Option<i64>,
+        app_id: Option<i64>,
     ) -> Result<Recorded, OutcomeError> {
         let of: Option<Of> = sqlx::query_as(
-            "SELECT sender_id, sender_ip, recipient, recipient_domain FROM invites
-             WHERE id = $1 AND ($2::bigint IS NULL OR api_key_id = $2)",
+            "SELECT app_id, sender_id, sender_ip, recipient, recipient_domain FROM invites
+             WHERE id = $1 AND ($2::bigint IS NULL OR app_id = $2)",
         )
         .bind(invite_id)
-        .bind(api_key_id)
+        .bind(app_id)
         .fetch_optional(&self.pool)
         .await?;
         let of = of.ok_or(OutcomeError::NotFound)?;
+        let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
         let mut tx = self.pool.begin().await?;
         let new = sqlx::query(
-            "INSERT INTO outcomes (invite_id, type, sender_id) VALUES ($1, $2, $3)
+            "INSERT INTO outcomes (invite_id, type, app_id, sender_id) VALUES ($1, $2, $3, $4)
              ON CONFLICT DO NOTHING",
         )
         .bind(invite_id)
         .bind(kind.as_str())
-        .bind(&of.sender_id)
+        .bind(sender.app_id)
+        .bind(&sender.id)
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
         if new && kind == OutcomeType::Accepted {
-            sqlx::query("UPDATE senders SET accepted = accepted + 1 WHERE id = $1")
-                .bind(&of.sender_id)
+            sqlx::query("UPDATE senders SET accepted = accepted + 1 WHERE app_id = $1 AND id = $2")
+                .bind(sender.app_id)
+                .bind(&sender.id)
                 .execute(&mut *tx)
                 .await?;
         }
@@ -139,10 +144,10 @@ impl Outcomes {
         }
         if kind == OutcomeType::Accepted {
             // A sender's acceptances make it less new: the cached standing is stale.
-            self.senders.forget(&of.sender_id);
+            self.senders.forget(&sender);
         }
         if let Some(signal) = kind.signal()
-            && let Err(e) = self.count(&of, signal, invite_id).await
+            && let Err(e) = self.count(&of, &sender, signal, invite_id).await
         {
             // Not counted: forget it, so that the caller's retry records and counts it once.
             sqlx::query("DELETE FROM outcomes WHERE invite_id = $1 AND type = $2")
@@ -157,9 +162,15 @@ impl Outcomes {
 
     /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender
     /// for each flagging rule it now exceeds.
-    async fn count(&self, of: &Of, signal: Signal, invite_id: Uuid) -> Result<(), OutcomeError> {
+    async fn count(
+        &self,
+        of: &Of,
+        sender: &SenderKey,
+        signal: Signal,
+        invite_id: Uuid,
+    ) -> Result<(), OutcomeError> {
         let subjects = Subjects {
-            sender_id: &of.sender_id,
+            sender,
             sender_ip: of.sender_ip.as_deref(),
             recipient: &of.recipient,
             recipient_domain: &of.recipient_domain,
@@ -189,7 +200,7 @@ impl Outcomes {
             return Ok(());
         };
         let flag = Flag {
-            sender_id: &of.sender_id,
+            sender,
             rule_id: Some(rule.id),
             rule_name: &rule.name,
             signal: signal.as_str(),
@@ -205,7 +216,7 @@ impl Outcomes {
             moderation::hold(&mut tx, &flag).await?;
         }
         tx.commit().await?;
-        self.senders.forget(&of.sender_id);
+        self.senders.forget(sender);
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use super::edit::ValidRule;
 use super::{Scope, Signal, Subjects};
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
+use crate::sender::SenderKey;
 use crate::signals::{self, links};
 
 type Time = chrono::DateTime<chrono::Utc>;
@@ -19,19 +20,21 @@ type Time = chrono::DateTime<chrono::Utc>;
 const BACKTEST_MAX: i64 = 200_000;
 
 /// The last 24 hours of invites that a backtest replays, newest first.
-pub const BACKTEST_INVITES: &str = "SELECT sender_id, sender_ip, recipient, recipient_domain,
+pub const BACKTEST_INVITES: &str =
+    "SELECT app_id, sender_id, sender_ip, recipient, recipient_domain,
          resource, message, sender_name, created_at FROM invites
      WHERE created_at > now() - interval '24 hours'
      ORDER BY created_at DESC LIMIT $1";
 
 /// The last 24 hours of outcomes, with the subjects of their invites, newest first.
-pub const BACKTEST_OUTCOMES: &str = "SELECT o.type, o.at, i.sender_id, i.sender_ip, i.recipient,
+pub const BACKTEST_OUTCOMES: &str = "SELECT o.type, o.at, i.app_id, i.sender_id, i.sender_ip,
+         i.recipient,
          i.recipient_domain FROM outcomes o JOIN invites i ON i.id = o.invite_id
      WHERE o.at > now() - interval '24 hours'
      ORDER BY o.at DESC LIMIT $1";
 
 /// The latest review decisions on senders, newest first.
-pub const DECISIONS: &str = "SELECT sender_id, action FROM audit_log
+pub const DECISIONS: &str = "SELECT app_id, sender_id, action FROM audit_log
      WHERE action IN ('confirm_ban', 'lift_and_release', 'lift_and_discard')
        AND sender_id IS NOT NULL AND at > now() - interval '90 days'
      ORDER BY at DESC LIMIT 5000";
@@ -72,6 +75,7 @@ pub struct ScoreRow {
 /// A recorded invite as a backtest replays it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Replayed {
+    pub app_id: i64,
     pub sender_id: String,
     pub sender_ip: Option<String>,
     pub recipient: String,
@@ -101,9 +105,13 @@ impl Replayed {
         }
     }
 
-    fn subjects(&self) -> Subjects<'_> {
+    fn sender(&self) -> SenderKey {
+        SenderKey::new(self.app_id, self.sender_id.as_str())
+    }
+
+    fn subjects<'a>(&'a self, sender: &'a SenderKey) -> Subjects<'a> {
         Subjects {
-            sender_id: &self.sender_id,
+            sender,
             sender_ip: self.sender_ip.as_deref(),
             recipient: &self.recipient,
             recipient_domain: &self.recipient_domain,
@@ -115,6 +123,7 @@ impl Replayed {
 struct RecordedOutcome {
     r#type: String,
     at: Time,
+    app_id: i64,
     sender_id: String,
     sender_ip: Option<String>,
     recipient: String,
@@ -144,8 +153,8 @@ pub async fn backtest(
     let truncated = rows.len() as i64 > BACKTEST_MAX;
     rows.truncate(BACKTEST_MAX as usize);
     rows.reverse();
-    let since = sender_since(pool, rows.iter().map(|r| r.sender_id.as_str())).await?;
-    let is_new = |sender: &str, at: Time| {
+    let since = sender_since(pool, rows.iter().map(Replayed::sender)).await?;
+    let is_new = |sender: &SenderKey, at: Time| {
         since
             .get(sender)
             .is_none_or(|s| (at - *s).num_days() < new_sender_days)
@@ -154,10 +163,11 @@ pub async fn backtest(
     // Every event the rule counts, in time order: invites, and outcomes for outcome signals.
     let mut events: Vec<(Time, String, u64, Option<u64>, bool)> = Vec::new();
     for r in &rows {
-        if rule.new_senders_only && !is_new(&r.sender_id, r.created_at) {
+        let sender = r.sender();
+        if rule.new_senders_only && !is_new(&sender, r.created_at) {
             continue;
         }
-        let Some(subject) = rule.scope.subject(&r.subjects()) else {
+        let Some(subject) = rule.scope.subject(&r.subjects(&sender)) else {
             continue;
         };
         let (cost, member) = r.cost(rule.signal);
@@ -169,8 +179,9 @@ pub async fn backtest(
             .fetch_all(pool)
             .await?;
         for o in outcomes.iter().filter(|o| o.r#type == kind) {
+            let sender = SenderKey::new(o.app_id, o.sender_id.as_str());
             let of = Subjects {
-                sender_id: &o.sender_id,
+                sender: &sender,
                 sender_ip: o.sender_ip.as_deref(),
                 recipient: &o.recipient,
                 recipient_domain: &o.recipient_domain,
@@ -213,19 +224,31 @@ pub async fn backtest(
     })
 }
 
+/// Senders as two arrays (apps, ids), for `unnest($1::bigint[], $2::text[])`.
+fn arrays<'a>(senders: impl Iterator<Item = &'a SenderKey>) -> (Vec<i64>, Vec<&'a str>) {
+    senders.map(|s| (s.app_id, s.id.as_str())).unzip()
+}
+
 /// When each sender started: as the app said, else when first seen.
-async fn sender_since<'a>(
+async fn sender_since(
     pool: &PgPool,
-    senders: impl Iterator<Item = &'a str>,
-) -> Result<HashMap<String, Time>, sqlx::Error> {
-    let ids: Vec<&str> = senders.collect::<HashSet<_>>().into_iter().collect();
-    let rows: Vec<(String, Time)> = sqlx::query_as(
-        "SELECT id, COALESCE(created_in_app_at, first_seen_at) FROM senders WHERE id = ANY($1)",
+    senders: impl Iterator<Item = SenderKey>,
+) -> Result<HashMap<SenderKey, Time>, sqlx::Error> {
+    let unique: HashSet<SenderKey> = senders.collect();
+    let (apps, ids) = arrays(unique.iter());
+    let rows: Vec<(i64, String, Time)> = sqlx::query_as(
+        "SELECT s.app_id, s.id, COALESCE(s.created_in_app_at, s.first_seen_at) FROM senders s
+         JOIN unnest($1::bigint[], $2::text[]) AS w (app_id, id)
+             ON s.app_id = w.app_id AND s.id = w.id",
     )
+    .bind(&apps)
     .bind(&ids)
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().collect())
+    Ok(rows
+        .into_iter()
+        .map(|(app, id, since)| (SenderKey::new(app, id), since))
+        .collect())
 }
 
 /// The rule's count at each of a sender's invites, in order: what it would have been told.
@@ -291,27 +314,35 @@ async fn score(
     rule: &ValidRule,
     new_sender_days: i64,
 ) -> Result<Score, sqlx::Error> {
-    let decisions: Vec<(String, String)> = sqlx::query_as(DECISIONS).fetch_all(pool).await?;
-    let mut latest: HashMap<String, bool> = HashMap::new();
-    for (sender, action) in decisions {
-        latest.entry(sender).or_insert(action == "confirm_ban");
+    let decisions: Vec<(i64, String, String)> = sqlx::query_as(DECISIONS).fetch_all(pool).await?;
+    let mut latest: HashMap<SenderKey, bool> = HashMap::new();
+    for (app, sender, action) in decisions {
+        latest
+            .entry(SenderKey::new(app, sender))
+            .or_insert(action == "confirm_ban");
     }
-    let ids: Vec<&str> = latest.keys().map(String::as_str).collect();
+    let (apps, ids) = arrays(latest.keys());
     let invites: Vec<Replayed> = sqlx::query_as(
-        "SELECT sender_id, sender_ip, recipient, recipient_domain, resource, message,
-             sender_name, created_at FROM invites
-         WHERE sender_id = ANY($1) AND created_at > now() - interval '30 days'
-         ORDER BY created_at LIMIT 200000",
+        "SELECT i.app_id, i.sender_id, i.sender_ip, i.recipient, i.recipient_domain, i.resource,
+             i.message, i.sender_name, i.created_at
+         FROM unnest($1::bigint[], $2::text[]) AS w (app_id, id)
+         JOIN invites i ON i.app_id = w.app_id AND i.sender_id = w.id
+         WHERE i.created_at > now() - interval '30 days'
+         ORDER BY i.created_at LIMIT 200000",
     )
+    .bind(&apps)
     .bind(&ids)
     .fetch_all(pool)
     .await?;
-    let outcomes: Vec<(String, Time)> = match outcome_of(rule.signal) {
+    let outcomes: Vec<(i64, String, Time)> = match outcome_of(rule.signal) {
         Some(kind) => {
             sqlx::query_as(
-                "SELECT sender_id, at FROM outcomes WHERE sender_id = ANY($1) AND type = $2
-                 AND at > now() - interval '30 days'",
+                "SELECT o.app_id, o.sender_id, o.at
+                 FROM unnest($1::bigint[], $2::text[]) AS w (app_id, id)
+                 JOIN outcomes o ON o.app_id = w.app_id AND o.sender_id = w.id
+                 WHERE o.type = $3 AND o.at > now() - interval '30 days'",
             )
+            .bind(&apps)
             .bind(&ids)
             .bind(kind)
             .fetch_all(pool)
@@ -319,16 +350,17 @@ async fn score(
         }
         None => Vec::new(),
     };
-    let since = sender_since(pool, ids.iter().copied()).await?;
-    let mut by_sender: HashMap<String, Vec<Replayed>> = HashMap::new();
+    let since = sender_since(pool, latest.keys().cloned()).await?;
+    let mut by_sender: HashMap<SenderKey, Vec<Replayed>> = HashMap::new();
     for r in invites {
+        let sender = r.sender();
         let new = since
-            .get(&r.sender_id)
+            .get(&sender)
             .is_none_or(|s| (r.created_at - *s).num_days() < new_sender_days);
         if rule.new_senders_only && !new {
             continue;
         }
-        by_sender.entry(r.sender_id.clone()).or_default().push(r);
+        by_sender.entry(sender).or_default().push(r);
     }
     // Per reviewed sender: confirmed or not, and its count at each of its invites.
     let series: Vec<(bool, Vec<Option<u64>>)> = latest
@@ -337,8 +369,8 @@ async fn score(
             let theirs = by_sender.get(sender).map_or(&[][..], Vec::as_slice);
             let times: Vec<Time> = outcomes
                 .iter()
-                .filter(|(s, _)| s == sender)
-                .map(|(_, at)| *at)
+                .filter(|(app, id, _)| *app == sender.app_id && *id == sender.id)
+                .map(|(_, _, at)| *at)
                 .collect();
             (confirmed, counts_at_invites(rule, theirs, &times))
         })

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use sqlx::PgPool;
 
 use crate::limiter::{Algorithm, Quota};
+use crate::sender::SenderKey;
 
 pub mod backtest;
 pub mod edit;
@@ -47,7 +48,7 @@ impl Scope {
 
 /// What an invite can be counted by.
 pub struct Subjects<'a> {
-    pub sender_id: &'a str,
+    pub sender: &'a SenderKey,
     pub sender_ip: Option<&'a str>,
     pub recipient: &'a str,
     pub recipient_domain: &'a str,
@@ -57,13 +58,19 @@ impl Scope {
     /// The subject a rule of this scope counts an invite under, if the rule applies to it.
     pub fn subject(self, of: &Subjects<'_>) -> Option<String> {
         match self {
-            Scope::Sender => Some(format!("sender:{}", of.sender_id)),
+            Scope::Sender => Some(sender_subject(of.sender)),
             Scope::Ip => of.sender_ip.map(|ip| format!("ip:{ip}")),
             Scope::Recipient => Some(format!("recipient:{}", of.recipient)),
             Scope::RecipientDomain => Some(format!("domain:{}", of.recipient_domain)),
             Scope::Global => Some("global".to_owned()),
         }
     }
+}
+
+/// The subject of a sender's counters: the app is part of it, so two apps' senders of the
+/// same id never share a count (and the hash tag keeps one sender's keys in one slot).
+pub fn sender_subject(sender: &SenderKey) -> String {
+    format!("sender:{sender}")
 }
 
 impl FromStr for Scope {

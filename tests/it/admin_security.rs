@@ -349,22 +349,22 @@ async fn links_forms_and_notices_cannot_be_forged_through_ids() {
     };
     let (_, queue) = get("/admin/queue".into()).await;
     assert!(
-        queue.contains("href=\"/admin/senders/x%2F..%2F..%2Frules%3Fy%3D1%23z\""),
+        queue.contains("href=\"/admin/senders/default/x%2F..%2F..%2Frules%3Fy%3D1%23z\""),
         "{queue}"
     );
     // A review form for `victim` posted to the sly sender's path is refused.
-    let (_, victim) = get("/admin/senders/victim".into()).await;
+    let (_, victim) = get("/admin/senders/default/victim".into()).await;
     let csrf = hidden(&victim, "csrf");
     let version = hidden(&victim, "version");
     let forged = browser
         .post(format!(
-            "{}/admin/senders/x%2F..%2F..%2Frules%3Fy%3D1%23z/review",
+            "{}/admin/senders/default/x%2F..%2F..%2Frules%3Fy%3D1%23z/review",
             stage.base()
         ))
         .form(&[
             ("csrf", csrf.as_str()),
             ("version", version.as_str()),
-            ("sender", "victim"),
+            ("sender", "default/victim"),
             ("action", "confirm_ban"),
         ])
         .send()

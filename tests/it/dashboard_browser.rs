@@ -96,13 +96,13 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     assert!(b.wait_for_text("Review queue").await);
     let page = b.source().await;
     assert!(
-        page.contains("/admin/senders/eager") && page.contains("6 / 5"),
+        page.contains("/admin/senders/default/eager") && page.contains("6 / 5"),
         "{page}"
     );
     b.screenshot(&shot("queue")).await;
 
     // Lift and release: the held invites reach the SMTP server.
-    b.click("a[href='/admin/senders/eager']").await;
+    b.click("a[href='/admin/senders/default/eager']").await;
     assert!(b.wait_for_text("Live counters").await);
     b.screenshot(&shot("sender")).await;
     b.fill("#note", "a busy but real customer").await;
@@ -118,7 +118,8 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
         invite("spammy".into(), format!("s{n}@example.org")).await;
     }
     assert_eq!(settle().await, 12);
-    b.goto(&format!("{base}/admin/senders/spammy")).await;
+    b.goto(&format!("{base}/admin/senders/default/spammy"))
+        .await;
     b.click("button[value='confirm_ban']").await;
     assert!(b.wait_for_text("Done: confirm ban").await);
     for n in 7..10 {
@@ -134,7 +135,7 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     assert_eq!(held, 3);
 
     // The link-held invite: its text with the link marked, released on its own.
-    b.goto(&format!("{base}/admin/senders/fresh")).await;
+    b.goto(&format!("{base}/admin/senders/default/fresh")).await;
     assert!(b.wait_for_text("<mark>http://scam.example</mark>").await);
     b.screenshot(&shot("sender-held")).await;
     b.click("button[value='release']").await;
@@ -144,7 +145,7 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     // A form posted with this browser's session but without the page's CSRF token: refused.
     let session = b.cookie("sg_session").await.expect("session cookie");
     let forged = reqwest::Client::new()
-        .post(format!("{base}/admin/senders/eager/review"))
+        .post(format!("{base}/admin/senders/default/eager/review"))
         .header("cookie", format!("sg_session={session}"))
         .form(&[
             ("csrf", "f".repeat(64).as_str()),

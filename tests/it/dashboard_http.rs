@@ -151,13 +151,13 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     stage.log_in(&browser, PASSWORD).await;
 
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
-    assert!(queue.contains("/admin/senders/eager"), "{queue}");
+    assert!(queue.contains("/admin/senders/default/eager"), "{queue}");
     assert!(
         queue.contains("sender-hourly") && queue.contains("4 / 3"),
         "{queue}"
     );
 
-    let (status, page) = stage.get(&browser, "/admin/senders/eager").await;
+    let (status, page) = stage.get(&browser, "/admin/senders/default/eager").await;
     assert_eq!(status, StatusCode::OK);
     assert!(
         page.contains("exceeded sender-hourly 4/3"),
@@ -166,14 +166,14 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     assert!(page.contains("sender was shadow-banned"), "{page}");
     let csrf = hidden(&page, "csrf");
     let version = hidden(&page, "version");
-    let review_url = format!("{}/admin/senders/eager/review", stage.base);
+    let review_url = format!("{}/admin/senders/default/eager/review", stage.base);
 
     // Without the token: refused, nothing changes.
     let forged = browser
         .post(&review_url)
         .form(&[
             ("csrf", "0".repeat(64).as_str()),
-            ("sender", "eager"),
+            ("sender", "default/eager"),
             ("version", version.as_str()),
             ("action", "lift_and_release"),
         ])
@@ -191,7 +191,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .post(&review_url)
         .form(&[
             ("csrf", csrf.as_str()),
-            ("sender", "eager"),
+            ("sender", "default/eager"),
             ("version", version.as_str()),
             ("action", "lift_and_release"),
             ("note", "known customer"),
@@ -211,7 +211,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .post(&review_url)
         .form(&[
             ("csrf", csrf.as_str()),
-            ("sender", "eager"),
+            ("sender", "default/eager"),
             ("version", version.as_str()),
             ("action", "confirm_ban"),
         ])
@@ -227,7 +227,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
             .contains("changed since you loaded the page")
     );
 
-    let (_, page) = stage.get(&browser, "/admin/senders/eager").await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
     assert!(
         page.contains("alice")
             && page.contains("lift_and_release")
@@ -430,7 +430,7 @@ async fn hostile_input_is_shown_escaped() {
     let (status, page) = stage
         .get(
             &browser,
-            "/admin/senders/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+            "/admin/senders/default/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
         )
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -460,21 +460,24 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
-        queue.contains("/admin/senders/linky") && queue.contains("new-sender-links"),
+        queue.contains("/admin/senders/default/linky") && queue.contains("new-sender-links"),
         "{queue}"
     );
     assert!(
         queue.contains("&#60;b&#62;Win&#60;/b&#62;") && !queue.contains("<b>Win"),
         "the held text, escaped: {queue}"
     );
-    let (_, page) = stage.get(&browser, "/admin/senders/linky").await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
     assert!(page.contains("<mark>prize[.]example.com</mark>"), "{page}");
     let csrf = hidden(&page, "csrf");
     let release = browser
-        .post(format!("{}/admin/senders/linky/invites/{id}", stage.base))
+        .post(format!(
+            "{}/admin/senders/default/linky/invites/{id}",
+            stage.base
+        ))
         .form(&[
             ("csrf", csrf.as_str()),
-            ("sender", "linky"),
+            ("sender", "default/linky"),
             ("decision", "release"),
         ])
         .send()
@@ -483,24 +486,24 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
     assert_eq!(release.status(), StatusCode::SEE_OTHER);
     assert_eq!(stage.settle().await, 2, "the released invite is delivered");
     let note = browser
-        .post(format!("{}/admin/senders/linky/notes", stage.base))
+        .post(format!("{}/admin/senders/default/linky/notes", stage.base))
         .form(&[
             ("csrf", csrf.as_str()),
-            ("sender", "linky"),
+            ("sender", "default/linky"),
             ("body", "known customer, ok"),
         ])
         .send()
         .await
         .expect("note");
     assert_eq!(note.status(), StatusCode::SEE_OTHER);
-    let (_, page) = stage.get(&browser, "/admin/senders/linky").await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
     assert!(
         page.contains("known customer, ok") && page.contains("release_invite"),
         "{page}"
     );
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
-        !queue.contains("/admin/senders/linky"),
+        !queue.contains("/admin/senders/default/linky"),
         "nothing held: off the queue"
     );
 }

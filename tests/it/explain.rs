@@ -7,31 +7,40 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 const SEED: &[&str] = &[
-    "INSERT INTO api_keys (name, key_hash) VALUES ('seed', '\\x00')",
-    "INSERT INTO senders (id, state, state_changed_at)
-     SELECT 'u' || n, CASE WHEN n % 100 = 0 THEN 'shadow_banned' ELSE 'active' END, now()
+    "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
+    // A second app with senders of its own, so app conditions must be served by indexes.
+    "INSERT INTO apps (name) VALUES ('second')",
+    "INSERT INTO senders (app_id, id, state, state_changed_at)
+     SELECT CASE WHEN n % 10 = 0 THEN (SELECT id FROM apps WHERE name = 'second') ELSE 1 END,
+         'u' || n, CASE WHEN n % 100 = 0 THEN 'shadow_banned' ELSE 'active' END, now()
      FROM generate_series(1, 20000) n",
     // Five flags per sender: bans come and go over the months.
-    "INSERT INTO flags (sender_id, rule_name, observed, limit_count, window_secs, created_at)
-     SELECT id, 'sender-hourly', 61, 60, 3600, now() - k * interval '9 days'
+    "INSERT INTO flags (app_id, sender_id, rule_name, observed, limit_count, window_secs,
+         created_at)
+     SELECT app_id, id, 'sender-hourly', 61, 60, 3600, now() - k * interval '9 days'
      FROM senders, generate_series(1, 5) k",
     // One invite every five seconds for eight weeks, to 50,000 recipients on 500 domains.
-    "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
-         decision, created_at, next_attempt_at)
-     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 'u' || (n % 20000 + 1),
+    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+         status, decision, created_at, next_attempt_at)
+     SELECT gen_random_uuid(), (SELECT id FROM api_keys),
+         CASE WHEN (n % 20000 + 1) % 10 = 0 THEN (SELECT id FROM apps WHERE name = 'second')
+             ELSE 1 END,
+         'u' || (n % 20000 + 1),
          'r' || (n % 50000) || '@d' || (n % 500) || '.example', 'd' || (n % 500) || '.example',
          (ARRAY['sent', 'sent', 'sent', 'sent', 'held', 'suppressed', 'failed', 'queued'])[n % 8 + 1],
          '{\"reason\": \"seeded\"}', now() - n * interval '5 seconds',
          CASE WHEN n % 8 = 7 THEN now() END
      FROM generate_series(1, 1000000) n",
-    "INSERT INTO audit_log (actor, action, sender_id, at)
+    "INSERT INTO audit_log (actor, action, app_id, sender_id, at)
      SELECT CASE WHEN n % 10 = 0 THEN 'alice' ELSE 'system' END,
          CASE WHEN n % 500 = 0 THEN 'confirm_ban' ELSE 'shadow_ban' END,
+         CASE WHEN (n % 20000 + 1) % 10 = 0 THEN (SELECT id FROM apps WHERE name = 'second')
+             ELSE 1 END,
          'u' || (n % 20000 + 1), now() - n * interval '30 seconds'
      FROM generate_series(1, 200000) n",
     // A bounce or a complaint for one invite in forty.
-    "INSERT INTO outcomes (invite_id, type, sender_id, at)
-     SELECT id, CASE WHEN random() < 0.5 THEN 'bounce' ELSE 'complaint' END, sender_id,
+    "INSERT INTO outcomes (invite_id, type, app_id, sender_id, at)
+     SELECT id, CASE WHEN random() < 0.5 THEN 'bounce' ELSE 'complaint' END, app_id, sender_id,
          created_at + interval '1 minute'
      FROM invites TABLESAMPLE SYSTEM (2.5)",
     // Some active senders hold invites for review (a `hold` rule), as the queue lists them.
@@ -62,6 +71,8 @@ enum P {
     Text(&'static str),
     Int4(i32),
     Int8(i64),
+    /// An absent filter: a NULL of type int8.
+    NoInt8,
     Float(f64),
 }
 
@@ -75,6 +86,7 @@ async fn plan_of(pool: &PgPool, sql: &str, params: &[P]) -> Value {
             P::Text(v) => query.bind(*v),
             P::Int4(v) => query.bind(*v),
             P::Int8(v) => query.bind(*v),
+            P::NoInt8 => query.bind(None::<i64>),
             P::Float(v) => query.bind(*v),
         };
     }
@@ -95,27 +107,46 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
         ("overview: last 24 hours", reports::STATUSES_24H, vec![]),
         ("overview: awaiting review", s::AWAITING, vec![]),
         ("overview: chart", reports::HOURLY, vec![]),
-        ("review queue", s::QUEUE, vec![Int8(51), Int8(0)]),
+        ("review queue", s::QUEUE, vec![Int8(51), Int8(0), NoInt8]),
+        (
+            "review queue of one app",
+            s::QUEUE,
+            vec![Int8(51), Int8(0), Int8(2)],
+        ),
         (
             "sender: invites",
             s::INVITES,
-            vec![Text("u4200"), Int8(51), Int8(50)],
+            vec![Text("u4200"), Int8(51), Int8(50), Int8(1)],
         ),
-        ("sender: history", audit::OF_SENDER, vec![Text("u4200")]),
+        (
+            "sender: history",
+            audit::OF_SENDER,
+            vec![Int8(1), Text("u4200")],
+        ),
         (
             "audit log",
             audit::PAGE,
-            vec![Text(""), Text(""), Int8(51), Int8(0)],
+            vec![Text(""), Text(""), NoInt8, Int8(51), Int8(0)],
         ),
         (
             "audit log of an admin",
             audit::PAGE,
-            vec![Text("alice"), Text(""), Int8(51), Int8(0)],
+            vec![Text("alice"), Text(""), NoInt8, Int8(51), Int8(0)],
         ),
         (
             "audit log of a sender",
             audit::PAGE,
-            vec![Text(""), Text("u4200"), Int8(51), Int8(0)],
+            vec![Text(""), Text("u4200"), NoInt8, Int8(51), Int8(0)],
+        ),
+        (
+            "audit log of a sender of one app",
+            audit::PAGE,
+            vec![Text(""), Text("u4200"), Int8(1), Int8(51), Int8(0)],
+        ),
+        (
+            "find a sender in every app",
+            s::APPS_OF,
+            vec![Text("u4200")],
         ),
         (
             "rule backtest",

@@ -51,8 +51,8 @@ async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() 
             "UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'",
             // The probes of the rule change are held, so no instance has mail to send before
             // the traffic that the third one is killed in.
-            "INSERT INTO senders (id, state) VALUES ('probe0', 'banned'), ('probe1', 'banned'),
-                 ('probe2', 'banned')",
+            "INSERT INTO senders (app_id, id, state) VALUES (1, 'probe0', 'banned'),
+                 (1, 'probe1', 'banned'), (1, 'probe2', 'banned')",
         ],
     )
     .await;

@@ -374,7 +374,7 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
         .expect("request");
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     // A revoked key stops working at once.
-    let doomed = sendguard::api_keys::create(pool, "doomed", "test")
+    let doomed = sendguard::api_keys::create(pool, "doomed", 1, "test")
         .await
         .expect("key");
     let with_key = |key: String| api.http.post(&url).bearer_auth(key).json(&ok).send();

@@ -1,6 +1,7 @@
 //! The integration tests, as one binary: one module per area, sharing `support`.
 
 mod admin_security;
+mod apps;
 mod dashboard_browser;
 mod dashboard_http;
 mod deceptive_inputs;
@@ -23,3 +24,4 @@ mod shutdown;
 mod signals;
 mod slow_clients;
 mod support;
+mod webhooks;

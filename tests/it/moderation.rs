@@ -9,6 +9,7 @@ use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
 use sendguard::rules::RuleCache;
+use sendguard::sender::SenderKey;
 
 /// A running instance with `sender-hourly` at 3, and what a reviewer needs to act on it.
 struct Stage {
@@ -79,8 +80,9 @@ impl Stage {
         action: ReviewAction,
         seen_version: i64,
     ) -> Result<sendguard::moderation::review::Reviewed, ReviewError> {
+        let sender = SenderKey::new(1, sender);
         let review = Review {
-            sender_id: sender,
+            sender: &sender,
             action,
             seen_version,
             actor: "alice",

@@ -53,14 +53,14 @@ async fn an_invite_claimed_by_a_dead_instance_is_sent_when_its_lease_expires() {
         .await
         .expect("key id");
     // As a worker that claimed the invite and died would have left it: a lease of two seconds.
-    sqlx::query("INSERT INTO senders (id) VALUES ('orphan')")
+    sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'orphan')")
         .execute(&pool)
         .await
         .expect("sender");
     sqlx::query(
-        "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
-             decision, next_attempt_at, claimed_by, claimed_until)
-         VALUES ($1, $2, 'orphan', 'orphan@example.com', 'example.com', 'queued', '{}',
+        "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+             status, decision, next_attempt_at, claimed_by, claimed_until)
+         VALUES ($1, $2, 1, 'orphan', 'orphan@example.com', 'example.com', 'queued', '{}',
              now(), 'dead-worker', now() + interval '2 seconds')",
     )
     .bind(uuid::Uuid::new_v4())
@@ -112,7 +112,9 @@ async fn without_smtp_messages_are_written_as_eml_files() {
     );
     let raw = std::fs::read_to_string(entry.path()).expect("read eml");
     assert!(raw.contains("To: file@example.com"), "{raw}");
-    assert!(raw.contains("Subject: Bo invited you to doc_42"), "{raw}");
+    // The default app names no product; the resource stays in the body.
+    assert!(raw.contains("Subject: Bo sent you an invitation"), "{raw}");
+    assert!(raw.contains("They shared: \"doc_42\""), "{raw}");
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

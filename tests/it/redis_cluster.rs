@@ -22,11 +22,11 @@ async fn decisions_follow_a_slot_that_moves_during_traffic() {
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
 
-    // Every key of the sender carries the hash tag `{sender:mover}`.
+    // Every key of the sender (of the app `default`, id 1) carries the hash tag `{sender:1:mover}`.
     let slot: u16 = cluster
         .node_query(
             cluster.ports[0],
-            redis::cmd("CLUSTER").arg("KEYSLOT").arg("{sender:mover}"),
+            redis::cmd("CLUSTER").arg("KEYSLOT").arg("{sender:1:mover}"),
         )
         .await
         .expect("KEYSLOT");

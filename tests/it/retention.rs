@@ -11,12 +11,12 @@ async fn old_final_rows_go_in_batches_and_waiting_ones_stay() {
     let (_db, pool) = migrated(
         "retention",
         &[
-            "INSERT INTO api_keys (name, key_hash) VALUES ('k', '\\x00')",
-            "INSERT INTO senders (id) VALUES ('s')",
+            "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('k', '\\x00', 1)",
+            "INSERT INTO senders (app_id, id) VALUES (1, 's')",
             // For each status: 5 invites 40 days old and 5 from today.
-            "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
-                 decision, created_at)
-             SELECT gen_random_uuid(), (SELECT id FROM api_keys), 's', 'r@example.com',
+            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+                 status, decision, created_at)
+             SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 's', 'r@example.com',
                  'example.com', status, '{}', now() - age * interval '1 day'
              FROM unnest(ARRAY['queued', 'sent', 'failed', 'held', 'suppressed', 'discarded',
                                'deferred']) status,

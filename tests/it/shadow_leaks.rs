@@ -29,7 +29,7 @@ async fn keyed(api: &Api, key: &str, body: &serde_json::Value) -> (StatusCode, O
 async fn idempotency_beyond_the_held_cap_is_the_same_as_for_anyone() {
     let stage = Stage::start_with(
         "heldcap",
-        &["INSERT INTO senders (id, state) VALUES ('banned', 'shadow_banned')"],
+        &["INSERT INTO senders (app_id, id, state) VALUES (1, 'banned', 'shadow_banned')"],
         |cfg| cfg.held_cap = 2,
     )
     .await;

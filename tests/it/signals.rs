@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, wait_for};
+use crate::support::app::{Stage, api_key, app_key, wait_for};
 use crate::support::smtp::SmtpSink;
 
 async fn statuses(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
@@ -131,12 +131,17 @@ async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
 }
 
 /// Three complaints reported through the API trip `sender-complaints-daily` (limit 2): the
-/// sender's next invite is held. A repeated event counts once; another key's invite is 404.
+/// sender's next invite is held. A repeated event counts once; another app's invite is 404,
+/// while another key of the same app may report it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn complaints_reported_through_the_api_ban_the_sender() {
     let stage = Stage::start("complaints", &[]).await;
+    sendguard::apps::store::create(&stage.pool, "other", Default::default(), false, "test")
+        .await
+        .expect("app");
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
-    let other = Api::new(stage.base(), api_key(&stage.pool).await);
+    let other = Api::new(stage.base(), app_key(&stage.pool, "other").await);
+    let colleague = Api::new(stage.base(), api_key(&stage.pool).await);
     let mut ids = Vec::new();
     for n in 0..4 {
         let (status, id) = api
@@ -160,9 +165,9 @@ async fn complaints_reported_through_the_api_ban_the_sender() {
     for id in &ids[..2] {
         assert_eq!(event(&api, id, "complaint").await, StatusCode::ACCEPTED);
         assert_eq!(
-            event(&api, id, "complaint").await,
+            event(&colleague, id, "complaint").await,
             StatusCode::ACCEPTED,
-            "again"
+            "again, from another key of the app"
         );
     }
     assert_eq!(
@@ -320,7 +325,7 @@ async fn repeat_offenders_are_marked_and_can_be_confirmed_at_once() {
         "repeat",
         &[
             "UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'",
-            "INSERT INTO senders (id, lifted_at) VALUES ('again', now() - interval '3 days')",
+            "INSERT INTO senders (app_id, id, lifted_at) VALUES (1, 'again', now() - interval '3 days')",
         ],
         |cfg| cfg.repeat_auto_confirm = true,
     )
@@ -358,13 +363,17 @@ async fn a_backtest_scores_a_rule_against_past_decisions() {
         ("l1", 8, false),
         ("l2", 5, false),
     ];
-    let mut sql = vec!["INSERT INTO api_keys (name, key_hash) VALUES ('seed', '\\x00')".to_owned()];
+    let mut sql = vec![
+        "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)".to_owned(),
+    ];
     for (id, n, confirmed) in senders {
-        sql.push(format!("INSERT INTO senders (id) VALUES ('{id}')"));
         sql.push(format!(
-            "INSERT INTO invites (id, api_key_id, sender_id, recipient, recipient_domain, status,
-                 decision, created_at)
-             SELECT gen_random_uuid(), (SELECT id FROM api_keys), '{id}', 'r' || k || '@example.com',
+            "INSERT INTO senders (app_id, id) VALUES (1, '{id}')"
+        ));
+        sql.push(format!(
+            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+                 status, decision, created_at)
+             SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, '{id}', 'r' || k || '@example.com',
                  'example.com', 'sent', '{{}}', now() - interval '2 hours' + k * interval '1 minute'
              FROM generate_series(1, {n}) k"
         ));
@@ -374,7 +383,8 @@ async fn a_backtest_scores_a_rule_against_past_decisions() {
             "lift_and_release"
         };
         sql.push(format!(
-            "INSERT INTO audit_log (actor, action, sender_id) VALUES ('alice', '{action}', '{id}')"
+            "INSERT INTO audit_log (actor, action, app_id, sender_id)
+             VALUES ('alice', '{action}', 1, '{id}')"
         ));
     }
     let statements: Vec<&str> = sql.iter().map(String::as_str).collect();

@@ -163,20 +163,34 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         mail_from: "sendguard <no-reply@sendguard.test>".into(),
         public_url: "http://127.0.0.1:8080".into(),
         held_cap: 1000,
+        secret_key: None,
+        webhook_allow_private: true,
         new_sender_days: 7,
         repeat_auto_confirm: false,
         mail_max_attempts: 8,
         mail_retry_base_ms: 100,
+        webhook_retry_base_ms: 50,
         mail_lease_secs: 60,
         log_json: false,
     }
 }
 
-/// Creates an API key in the test database.
+/// Creates an API key of the app `default` in the test database.
 pub async fn api_key(pool: &PgPool) -> String {
-    sendguard::api_keys::create(pool, &format!("test-{}", uuid::Uuid::new_v4()), "test")
-        .await
-        .expect("api key")
+    app_key(pool, sendguard::apps::DEFAULT_APP).await
+}
+
+/// Creates an API key of app `app` in the test database.
+pub async fn app_key(pool: &PgPool, app: &str) -> String {
+    let app_id = sendguard::apps::store::id_of(pool, app).await.expect("app");
+    sendguard::api_keys::create(
+        pool,
+        &format!("test-{}", uuid::Uuid::new_v4()),
+        app_id,
+        "test",
+    )
+    .await
+    .expect("api key")
 }
 
 /// Polls `check` every 50 ms until it holds or `timeout` passes; returns whether it held.

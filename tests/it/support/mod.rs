@@ -10,6 +10,7 @@ pub mod redis_server;
 pub mod reference;
 pub mod serve;
 pub mod smtp;
+pub mod webhook_receiver;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

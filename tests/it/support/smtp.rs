@@ -11,6 +11,54 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone)]
 pub struct Received {
     pub to: Vec<String>,
+    /// The message as sent (headers and body), dot-unstuffed.
+    pub data: String,
+}
+
+impl Received {
+    /// The message with quoted-printable undone (soft line breaks joined, `=XX` decoded): the
+    /// text a mail client shows, for looking up links and phrases.
+    pub fn text(&self) -> String {
+        let bytes = self.data.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'=' {
+                if bytes[i + 1..].starts_with(b"\r\n") {
+                    i += 3;
+                    continue;
+                }
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .filter(|h| {
+                        h.bytes()
+                            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_lowercase())
+                    })
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                if let Some(byte) = hex {
+                    out.push(byte);
+                    i += 3;
+                    continue;
+                }
+            }
+            out.push(bytes[i]);
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// The value of header `name` (the first one), unfolded.
+    pub fn header(&self, name: &str) -> Option<String> {
+        let head = self.data.split("\r\n\r\n").next()?;
+        let unfolded = head.replace("\r\n ", " ").replace("\r\n\t", " ");
+        let prefix = format!("{}:", name.to_ascii_lowercase());
+        unfolded.split("\r\n").find_map(|line| {
+            line.to_ascii_lowercase()
+                .starts_with(&prefix)
+                .then(|| line[prefix.len()..].trim().to_owned())
+        })
+    }
 }
 
 pub struct SmtpSink {
@@ -103,14 +151,21 @@ async fn session(
             }
         } else if upper.starts_with("DATA") {
             write.write_all(b"354 go ahead\r\n").await?;
-            // The message itself is read to its end and not kept.
+            let mut data = String::new();
             while let Some(l) = lines.next_line().await? {
                 if l == "." {
                     break;
                 }
+                data.push_str(
+                    l.strip_prefix('.')
+                        .filter(|_| l.starts_with(".."))
+                        .unwrap_or(&l),
+                );
+                data.push_str("\r\n");
             }
             store.lock().expect("sink lock").push(Received {
                 to: std::mem::take(&mut to),
+                data,
             });
             write.write_all(b"250 queued\r\n").await?;
         } else if upper.starts_with("QUIT") {

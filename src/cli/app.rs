@@ -1,0 +1,131 @@
+//! `sendguard app create|update|list`: the products that call sendguard (DESIGN.md §4).
+
+use clap::{Args, Subcommand};
+use sendguard::apps::{self, AppChanges};
+use sendguard::audit;
+use sendguard::config::Database;
+use sendguard::limiter::simulate::to_table;
+
+use super::Failure;
+
+#[derive(Subcommand)]
+pub enum AppCommand {
+    /// Create an app; prints its webhook secret once when it has a webhook.
+    Create(AppArgs),
+    /// Change an app: flags not given keep their value, an empty value clears it.
+    Update(AppArgs),
+    /// List the apps.
+    List {
+        #[command(flatten)]
+        database: Database,
+    },
+}
+
+#[derive(Args)]
+pub struct AppArgs {
+    name: String,
+    /// The product's name in emails ("Bo invited you to Drawbox").
+    #[arg(long)]
+    product: Option<String>,
+    /// A host the invites' accept_url may point to; repeat for several. Replaces the list.
+    #[arg(long = "link-host")]
+    link_hosts: Vec<String>,
+    /// The invitation link of invites without accept_url: {invite_id} and {resource} are
+    /// filled in, URL-encoded.
+    #[arg(long)]
+    link_template: Option<String>,
+    /// The From mailbox of this app's emails, e.g. "Drawbox <invites@drawbox.example>".
+    #[arg(long)]
+    from: Option<String>,
+    /// Where sendguard posts signed events about this app's senders (https, public address).
+    #[arg(long)]
+    webhook_url: Option<String>,
+    /// Allow webhook URLs on private addresses, and http (internal receivers, tests).
+    #[arg(long, env = "SENDGUARD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
+    webhook_allow_private: bool,
+    #[command(flatten)]
+    database: Database,
+}
+
+impl AppArgs {
+    fn changes(&self) -> AppChanges {
+        AppChanges {
+            product: self.product.clone(),
+            link_hosts: (!self.link_hosts.is_empty()).then(|| self.link_hosts.clone()),
+            link_template: self.link_template.clone(),
+            mail_from: self.from.clone(),
+            webhook_url: self.webhook_url.clone(),
+        }
+    }
+}
+
+impl AppCommand {
+    pub async fn run(self) -> Result<(), Failure> {
+        match self {
+            AppCommand::Create(args) => save(&args, true).await?,
+            AppCommand::Update(args) => save(&args, false).await?,
+            AppCommand::List { database } => {
+                let pool = super::database(&database).await?;
+                let all = apps::store::all(&pool).await;
+                pool.close().await;
+                let rows: Vec<Vec<String>> = all?
+                    .into_iter()
+                    .map(|a| {
+                        vec![
+                            a.name,
+                            a.product.unwrap_or_default(),
+                            a.link_hosts.join(","),
+                            a.link_template.unwrap_or_default(),
+                            a.mail_from.unwrap_or_default(),
+                            a.webhook_url.unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                let header = [
+                    "name",
+                    "product",
+                    "link_hosts",
+                    "link_template",
+                    "from",
+                    "webhook_url",
+                ];
+                print!("{}", to_table(&header, &rows));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Creates or updates the app of `args`; a new webhook secret is printed once on stdout (the
+/// rest goes to stderr).
+async fn save(args: &AppArgs, create: bool) -> Result<(), Failure> {
+    let pool = super::database(&args.database).await?;
+    let (name, changes, private, actor) = (
+        &args.name,
+        args.changes(),
+        args.webhook_allow_private,
+        audit::operator(),
+    );
+    let done = if create {
+        apps::store::create(&pool, name, changes, private, &actor).await
+    } else {
+        apps::store::update(&pool, name, changes, private, &actor).await
+    };
+    pool.close().await;
+    let (app, secret) = done?;
+    println!(
+        "app `{}` {}",
+        app.name,
+        if create { "created" } else { "updated" }
+    );
+    show_secret(secret);
+    Ok(())
+}
+
+/// A new webhook secret, printed once on stdout (the rest goes to stderr).
+fn show_secret(secret: Option<String>) {
+    if let Some(secret) = secret {
+        println!("{secret}");
+        eprintln!("This is the webhook secret. It is shown only now: store it with the receiver.");
+    }
+}

@@ -1,0 +1,223 @@
+//! What a recipient can do from an email without an account (DESIGN.md §4): stop an app's
+//! invitations (one-click unsubscribe, RFC 8058) and report an invitation as abuse. Both links
+//! are signed per invite with a key every instance shares, so they need no login and cannot be
+//! forged for another invite; the suppression list they feed is per app.
+
+pub mod pages;
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde_json::json;
+use sha2::Sha256;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::audit::{self, Entry};
+
+/// The shortest `SENDGUARD_SECRET_KEY` accepted: anything shorter is guessable.
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// Bytes of the HMAC kept in a link: 128 bits, as hard to guess as the invite id itself.
+const TOKEN_BYTES: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkKeyError {
+    #[error("SENDGUARD_SECRET_KEY must have at least {MIN_SECRET_LEN} characters")]
+    TooShort,
+    #[error("the link key is missing from the database (migration 0008 creates it)")]
+    Missing,
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// What a signed link lets its holder do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Unsubscribe,
+    Report,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Unsubscribe => "unsubscribe",
+            Purpose::Report => "report",
+        }
+    }
+}
+
+/// The key that signs recipients' links.
+#[derive(Clone)]
+pub struct LinkKey(Arc<[u8]>);
+
+impl LinkKey {
+    /// `SENDGUARD_SECRET_KEY` when set, else the key the first migration generated and stored.
+    pub async fn load(pool: &PgPool, configured: Option<&str>) -> Result<LinkKey, LinkKeyError> {
+        if let Some(secret) = configured.filter(|s| !s.is_empty()) {
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(LinkKeyError::TooShort);
+            }
+            return Ok(LinkKey(secret.as_bytes().into()));
+        }
+        let stored: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT value FROM secrets WHERE name = 'link_key'")
+                .fetch_optional(pool)
+                .await?;
+        stored
+            .map(|k| LinkKey(k.into()))
+            .ok_or(LinkKeyError::Missing)
+    }
+
+    fn mac(&self, purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {
+        // HMAC takes a key of any length.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        mac.update(purpose.as_str().as_bytes());
+        mac.update(b":");
+        mac.update(invite.as_bytes());
+        mac
+    }
+
+    pub fn token(&self, purpose: Purpose, invite: Uuid) -> String {
+        let tag = self.mac(purpose, invite).finalize().into_bytes();
+        URL_SAFE_NO_PAD.encode(&tag[..TOKEN_BYTES])
+    }
+
+    /// Whether `token` is this key's token for `purpose` on `invite`, compared in constant
+    /// time.
+    pub fn verify(&self, purpose: Purpose, invite: Uuid, token: &str) -> bool {
+        let Ok(given) = URL_SAFE_NO_PAD.decode(token) else {
+            return false;
+        };
+        given.len() == TOKEN_BYTES
+            && self
+                .mac(purpose, invite)
+                .verify_truncated_left(&given)
+                .is_ok()
+    }
+
+    /// The link of `purpose` for `invite`, under the service's public URL.
+    pub fn link(&self, public_url: &str, purpose: Purpose, invite: Uuid) -> String {
+        format!(
+            "{}/r/{invite}/{}?t={}",
+            public_url.trim_end_matches('/'),
+            purpose.as_str(),
+            self.token(purpose, invite)
+        )
+    }
+}
+
+/// The invite a recipient's link names: its app and recipient.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LinkedInvite {
+    pub app_id: i64,
+    pub recipient: String,
+}
+
+pub async fn invite(pool: &PgPool, id: Uuid) -> Result<Option<LinkedInvite>, sqlx::Error> {
+    sqlx::query_as("SELECT app_id, recipient FROM invites WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Puts the recipient of `invite` on its app's suppression list (once, however often asked).
+pub async fn unsubscribe(pool: &PgPool, invite: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO suppressions (app_id, recipient, invite_id)
+         SELECT app_id, recipient, id FROM invites WHERE id = $1
+         ON CONFLICT (app_id, recipient) DO NOTHING",
+    )
+    .bind(invite)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// A recipient on an app's suppression list.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Suppressed {
+    pub recipient: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub invite_id: Option<Uuid>,
+}
+
+/// The app's suppressed recipients, newest first.
+pub async fn suppressed(
+    pool: &PgPool,
+    app_id: i64,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<Suppressed>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT recipient, created_at, invite_id FROM suppressions WHERE app_id = $1
+         ORDER BY created_at DESC, recipient LIMIT $2 OFFSET $3",
+    )
+    .bind(app_id)
+    .bind(limit)
+    .bind(offset)
+    .fetch_all(pool)
+    .await
+}
+
+/// Takes a recipient off the app's suppression list, audited; false when it was not on it.
+pub async fn remove(
+    pool: &PgPool,
+    app_id: i64,
+    recipient: &str,
+    actor: &str,
+    admin_id: Option<i64>,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let removed = sqlx::query("DELETE FROM suppressions WHERE app_id = $1 AND recipient = $2")
+        .bind(app_id)
+        .bind(recipient)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+        == 1;
+    if removed {
+        let entry = Entry {
+            admin_id,
+            detail: json!({"app_id": app_id, "recipient": recipient}),
+            ..Entry::new(actor, "unsuppress")
+        };
+        audit::write(&mut *tx, entry).await?;
+    }
+    tx.commit().await?;
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_opens_one_purpose_of_one_invite() {
+        let key = LinkKey(b"k".repeat(32).into());
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let token = key.token(Purpose::Unsubscribe, a);
+        assert!(key.verify(Purpose::Unsubscribe, a, &token));
+        assert!(!key.verify(Purpose::Report, a, &token));
+        assert!(!key.verify(Purpose::Unsubscribe, b, &token));
+        let other = LinkKey(b"j".repeat(32).into());
+        assert!(!other.verify(Purpose::Unsubscribe, a, &token));
+        let mut tampered = token.clone().into_bytes();
+        tampered[0] = if tampered[0] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).expect("ascii");
+        assert!(!key.verify(Purpose::Unsubscribe, a, &tampered));
+        assert!(!key.verify(Purpose::Unsubscribe, a, &token[..10]));
+        assert!(!key.verify(Purpose::Unsubscribe, a, "not base64!"));
+    }
+
+    #[test]
+    fn links_live_under_the_public_url() {
+        let key = LinkKey(b"k".repeat(32).into());
+        let id = Uuid::nil();
+        let link = key.link("https://guard.example/", Purpose::Report, id);
+        assert!(link.starts_with(&format!("https://guard.example/r/{id}/report?t=")));
+    }
+}

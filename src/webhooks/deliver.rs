@@ -1,0 +1,252 @@
+//! The delivery worker: claims due events from the outbox and makes one attempt at each.
+//!
+//! Several instances may run it on one database: `FOR UPDATE SKIP LOCKED` plus a lease
+//! (`claimed_until`) hands each event to one worker at a time, and the lease of a worker that
+//! died simply expires. The lease's own timestamp is the claim's token: a worker records its
+//! outcome only while the row still carries the lease it took.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::WebhookError;
+use super::attempt::{ATTEMPT_TIMEOUT, Outcome, attempt, client};
+
+/// Longest wait between two attempts.
+const MAX_DELAY: Duration = Duration::from_secs(4 * 3600);
+/// Attempts an event gets before it may be given up, however old: events written while every
+/// worker was down still get a couple of hours of tries.
+const MIN_ATTEMPTS: i32 = 8;
+
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Allows internal addresses and plain http (`SENDGUARD_WEBHOOK_ALLOW_PRIVATE`), for
+    /// receivers inside the network and for tests.
+    pub allow_private: bool,
+    /// How long a claim lasts; it must outlast an attempt.
+    pub lease: Duration,
+    /// Events claimed, and attempted at once, per round.
+    pub batch: i64,
+    /// First retry delay, doubled each attempt up to 4 h, with ±20 % jitter.
+    pub retry_base: Duration,
+    /// Age after which a failing event is given up, once it has had `MIN_ATTEMPTS`.
+    pub give_up_after: Duration,
+    /// Pause between rounds when the last one found less than a batch.
+    pub poll: Duration,
+}
+
+impl Default for WebhookSettings {
+    /// Retries for 26 hours: 30 s after the first failure, then 1, 2, 4 ... minutes, doubling
+    /// up to every 4 hours.
+    fn default() -> Self {
+        WebhookSettings {
+            allow_private: false,
+            lease: Duration::from_secs(60),
+            batch: 32,
+            retry_base: Duration::from_secs(30),
+            give_up_after: Duration::from_secs(26 * 3600),
+            poll: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Claims due events for `$1` seconds, at most `$2`, with their app's target as it is now.
+const CLAIM: &str = "
+    WITH claimed AS (
+        UPDATE webhook_events SET claimed_until = now() + make_interval(secs => $1)
+        WHERE id IN (
+            SELECT id FROM webhook_events
+            WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_attempt_at <= now()
+              AND (claimed_until IS NULL OR claimed_until < now())
+            ORDER BY next_attempt_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+        RETURNING id, app_id, payload, attempts, created_at, claimed_until)
+    SELECT c.id, c.app_id, c.payload, c.attempts, c.created_at, c.claimed_until,
+           a.webhook_url, a.webhook_secret
+    FROM claimed c LEFT JOIN apps a ON a.id = c.app_id";
+
+/// An event claimed for one attempt, with its app's target as it is now.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct Claimed {
+    pub(super) id: Uuid,
+    pub(super) app_id: i64,
+    pub(super) payload: String,
+    pub(super) attempts: i32,
+    pub(super) created_at: DateTime<Utc>,
+    /// The lease taken, and the token to record the outcome with.
+    pub(super) claimed_until: DateTime<Utc>,
+    pub(super) webhook_url: Option<String>,
+    pub(super) webhook_secret: Option<String>,
+}
+
+/// Posts due events to their apps; see the module's doc for how instances share the work.
+pub struct Deliverer {
+    pool: PgPool,
+    client: reqwest::Client,
+    settings: WebhookSettings,
+}
+
+impl Deliverer {
+    pub fn new(pool: PgPool, settings: WebhookSettings) -> Result<Self, WebhookError> {
+        validate(&settings)?;
+        let client = client(settings.allow_private)?;
+        Ok(Deliverer {
+            pool,
+            client,
+            settings,
+        })
+    }
+
+    /// Delivers what is due once; returns how many attempts were made.
+    pub async fn deliver_due(&self) -> Result<usize, sqlx::Error> {
+        self.round().await.map(|(_, attempts)| attempts)
+    }
+
+    /// Loops until `stop` is cancelled, finishing the round in hand (an attempt is bounded).
+    pub async fn run(self, stop: CancellationToken) {
+        let batch = usize::try_from(self.settings.batch).unwrap_or(usize::MAX);
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            let claimed = match self.round().await {
+                Ok((claimed, _)) => claimed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook round failed");
+                    0
+                }
+            };
+            if claimed < batch {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.settings.poll) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+        }
+    }
+
+    /// Claims one batch and attempts it; returns how many were claimed and attempted.
+    async fn round(&self) -> Result<(usize, usize), sqlx::Error> {
+        let claimed: Vec<Claimed> = sqlx::query_as(CLAIM)
+            .bind(self.settings.lease.as_secs_f64())
+            .bind(self.settings.batch)
+            .fetch_all(&self.pool)
+            .await?;
+        let n = claimed.len();
+        let mut running = JoinSet::new();
+        for event in claimed {
+            let client = self.client.clone();
+            let allow_private = self.settings.allow_private;
+            running.spawn(async move {
+                let outcome = attempt(&client, &event, allow_private).await;
+                (event, outcome)
+            });
+        }
+        let (mut made, mut first_error) = (0, None);
+        while let Some(joined) = running.join_next().await {
+            // A panicked attempt leaves its lease to expire: the event is tried again.
+            let Ok((event, outcome)) = joined else {
+                continue;
+            };
+            if !matches!(outcome, Outcome::GiveUp(_)) {
+                made += 1;
+            }
+            if let Err(e) = self.record(&event, outcome).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok((n, made)),
+        }
+    }
+
+    async fn record(&self, event: &Claimed, outcome: Outcome) -> Result<(), sqlx::Error> {
+        let query = match outcome {
+            Outcome::Delivered(status) => sqlx::query(
+                "UPDATE webhook_events SET delivered_at = now(), attempts = attempts + 1,
+                     last_status = $3, last_error = NULL, claimed_until = NULL
+                 WHERE id = $1 AND claimed_until = $2",
+            )
+            .bind(event.id)
+            .bind(event.claimed_until)
+            .bind(i32::from(status)),
+            Outcome::Failed { status, error } => {
+                let attempts = event.attempts + 1;
+                let age = (Utc::now() - event.created_at).to_std().unwrap_or_default();
+                let give_up = gives_up(age, attempts, self.settings.give_up_after);
+                let jitter = rand::rng().random_range(0.8..=1.2);
+                let delay = backoff(self.settings.retry_base, attempts, jitter);
+                tracing::warn!(event = %event.id, app = event.app_id, attempts, status,
+                    error = %error, gave_up = give_up, "webhook delivery failed");
+                sqlx::query(
+                    "UPDATE webhook_events SET attempts = $3, last_status = $4, last_error = $5,
+                         gave_up_at = CASE WHEN $6 THEN now() END,
+                         next_attempt_at = CASE WHEN $6 THEN next_attempt_at
+                             ELSE now() + make_interval(secs => $7) END,
+                         claimed_until = NULL
+                     WHERE id = $1 AND claimed_until = $2",
+                )
+                .bind(event.id)
+                .bind(event.claimed_until)
+                .bind(attempts)
+                .bind(status.map(i32::from))
+                .bind(error)
+                .bind(give_up)
+                .bind(delay.as_secs_f64())
+            }
+            Outcome::GiveUp(why) => {
+                tracing::warn!(event = %event.id, app = event.app_id, error = why,
+                    "webhook event given up");
+                sqlx::query(
+                    "UPDATE webhook_events SET gave_up_at = now(), last_error = $3,
+                         claimed_until = NULL
+                     WHERE id = $1 AND claimed_until = $2",
+                )
+                .bind(event.id)
+                .bind(event.claimed_until)
+                .bind(why)
+            }
+        };
+        query.execute(&self.pool).await.map(drop)
+    }
+}
+
+fn validate(s: &WebhookSettings) -> Result<(), WebhookError> {
+    let min_lease = ATTEMPT_TIMEOUT + Duration::from_secs(5);
+    let problem = if s.lease < min_lease {
+        format!("the lease must be at least {min_lease:?}, to outlast an attempt")
+    } else if !(1..=1000).contains(&s.batch) {
+        "the batch must be between 1 and 1000".to_owned()
+    } else if s.retry_base.is_zero() || s.retry_base > MAX_DELAY {
+        format!("the retry base must be above zero and at most {MAX_DELAY:?}")
+    } else if s.poll.is_zero() {
+        "the poll interval must be above zero".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(WebhookError::Settings(problem))
+}
+
+/// Exponential backoff: `base` × 2^(attempts-1), capped at `MAX_DELAY`, times `jitter` (around
+/// 1) so that events failing together spread out.
+fn backoff(base: Duration, attempts: i32, jitter: f64) -> Duration {
+    let exp = u32::try_from(attempts.clamp(1, 32) - 1).unwrap_or(0);
+    let full = base.saturating_mul(2u32.saturating_pow(exp)).min(MAX_DELAY);
+    full.mul_f64(jitter)
+}
+
+/// Whether a failing event is given up: old enough and tried enough, both.
+fn gives_up(age: Duration, attempts: i32, give_up_after: Duration) -> bool {
+    attempts >= MIN_ATTEMPTS && age >= give_up_after
+}
+
+#[cfg(test)]
+#[path = "deliver_tests.rs"]
+mod tests;
