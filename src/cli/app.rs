@@ -113,7 +113,8 @@ async fn save(args: &AppArgs, create: bool) -> Result<(), Failure> {
     };
     pool.close().await;
     let (app, secret) = done?;
-    println!(
+    // Only the secret goes to stdout, so a script can capture it.
+    eprintln!(
         "app `{}` {}",
         app.name,
         if create { "created" } else { "updated" }
