@@ -20,6 +20,7 @@ use crate::http::{TrustedProxies, server};
 use crate::incident::Incident;
 use crate::invites::InviteService;
 use crate::invites::global::GlobalCounts;
+use crate::invites::writer::Writer;
 use crate::limiter::{self, KeyPrefix, Limiter, MemoryStore, RedisSettings, RedisStore};
 use crate::mail::{self, Outbox, OutboxSettings, Transport};
 use crate::metrics::Metrics;
@@ -82,7 +83,7 @@ impl Services {
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
         let metrics = Metrics::default();
-        let senders = SenderStates::default();
+        let senders = SenderStates::new(pool.clone());
         let outcomes = Outcomes {
             pool: pool.clone(),
             limiter: limiter.clone(),
@@ -120,6 +121,7 @@ impl Services {
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
+            writer: Writer::start(pool.clone()),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),

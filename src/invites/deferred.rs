@@ -35,7 +35,7 @@ impl InviteService {
                 // The link was made when the invite was recorded.
                 accept_url: None,
             };
-            let standing = self.senders.get(&self.pool, &sender).await?;
+            let standing = self.senders.get(&sender).await?;
             let at_ms = row.created_at.timestamp_millis().max(0) as u64;
             let d = match self.decide(&invite, &sender, &standing, Some(at_ms)).await {
                 Ok(d) => d,

@@ -86,10 +86,12 @@ impl From<InviteError> for ApiError {
             InviteError::IdempotencyConflict => ApiError::Unprocessable(e.to_string()),
             InviteError::Unavailable(reason) => ApiError::unavailable(reason),
             // The invite was not recorded: say so, never 200.
-            InviteError::Db(_) | InviteError::Limiter(_) => ApiError::Unavailable {
-                detail: "the invite could not be recorded; retry later".into(),
-                cause: Some(e.to_string()),
-            },
+            InviteError::Db(_) | InviteError::Batch(_) | InviteError::Limiter(_) => {
+                ApiError::Unavailable {
+                    detail: "the invite could not be recorded; retry later".into(),
+                    cause: Some(e.to_string()),
+                }
+            }
         }
     }
 }

@@ -1,14 +1,12 @@
 //! `Idempotency-Key` (DESIGN.md §4): the same key of one API key with the same body answers the
 //! first id and never sends twice; with another body it is refused. The key and a hash of the
 //! body are stored with the invite, under a unique constraint, so two racing requests cannot
-//! both be recorded.
+//! both be recorded: the second is not written (`ON CONFLICT DO NOTHING`) and looks up the
+//! first once its batch has committed.
 
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
-
-/// The unique constraint on (api_key_id, idempotency_key).
-const KEY_CONSTRAINT: &str = "invites_api_key_id_idempotency_key_key";
 
 /// What a key was used for before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,10 +42,4 @@ pub async fn earlier(
         Some((id, Some(hash))) if hash == request_hash => Earlier::Same(id),
         Some(_) => Earlier::Conflict,
     })
-}
-
-/// Whether an insert failed because the same key raced in from another request.
-pub fn is_key_taken(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|d| d.is_unique_violation() && d.constraint() == Some(KEY_CONSTRAINT))
 }

@@ -12,6 +12,7 @@ pub mod idempotency;
 pub mod policy;
 mod store;
 pub mod validate;
+pub mod writer;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::apps::App;
+use crate::batch::BatchError;
 use crate::config::RedisPolicy;
 use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
@@ -29,8 +31,9 @@ use crate::sender::SenderKey;
 use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
-use store::{NewInvite, Written};
+use store::{Assumed, NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
+use writer::{Write, Writer};
 
 /// What the API answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +48,8 @@ pub enum Outcome {
 pub enum InviteError {
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+    #[error("database: {0}")]
+    Batch(#[from] BatchError),
     #[error("limiter: {0}")]
     Limiter(#[from] LimiterError),
     #[error("this Idempotency-Key was used with a different body")]
@@ -67,6 +72,8 @@ pub struct Submission<'a> {
 #[derive(Clone)]
 pub struct InviteService {
     pub pool: PgPool,
+    /// Invites are written through it, many to a commit.
+    pub writer: Writer,
     pub limiter: Limiter,
     pub rules: RuleCache,
     pub senders: SenderStates,
@@ -104,12 +111,13 @@ impl InviteService {
         {
             return Ok(Outcome::Accepted(id));
         }
-        let invite = &sub.invite;
+        let invite = Arc::new(sub.invite);
+        let request_hash: Arc<[u8]> = request_hash.into();
         let sender = SenderKey::new(sub.app.id, invite.sender_id.as_str());
         let address = invite
             .sender_ip
             .map(|ip| crate::http::group(ip).to_string());
-        let mut standing = self.senders.get(&self.pool, &sender).await?;
+        let mut standing = self.senders.get(&sender).await?;
         let facts = Facts {
             has_links: invite.has_links(),
             new_sender: standing.is_new(
@@ -135,7 +143,7 @@ impl InviteService {
             } else {
                 let checked = match answers.take() {
                     Some(checked) => checked,
-                    None => match self.check_rules(invite, &sender, None, facts).await {
+                    None => match self.check_rules(&invite, &sender, None, facts).await {
                         Ok(c) => Ok(c),
                         Err(InviteError::Limiter(e)) => Err(e),
                         Err(e) => return Err(e),
@@ -151,90 +159,78 @@ impl InviteService {
             if let Some(r) = decided.rejection {
                 return Ok(Outcome::Rejected(r));
             }
+            let status = decided.status;
+            let write = match (decided.breach, status) {
+                (Some(breach), _) => Write::Flagged {
+                    assumed: state,
+                    breach,
+                    cap: self.held_cap,
+                    confirm_repeat: self.confirm_repeat,
+                },
+                (None, Status::Held) => Write::Held {
+                    assumed: state,
+                    cap: self.held_cap,
+                },
+                (None, status) => Write::Queued(Assumed::new(
+                    &standing,
+                    state == SenderState::Active && status == Status::Queued,
+                )),
+            };
             let new = NewInvite {
                 id,
                 api_key_id: sub.api_key_id,
-                sender: &sender,
-                invite,
-                accept_url: accept_url.as_deref(),
+                sender: sender.clone(),
+                invite: invite.clone(),
+                accept_url: accept_url.clone(),
                 address: address.clone(),
-                status: decided.status,
-                decision: &decided.decision,
-                idempotency_key: sub.idempotency_key,
-                request_hash: &request_hash,
+                status,
+                decision: decided.decision,
+                idempotency_key: sub.idempotency_key.map(str::to_owned),
+                request_hash: request_hash.clone(),
             };
-            match self.record(&new, &standing, &decided).await {
-                Ok(Written::StateDiffers) => {
-                    self.senders.forget(&sender);
-                    standing = moderation::stored_standing(&self.pool, &sender).await?;
-                }
-                Ok(_) => return Ok(Outcome::Accepted(new.id)),
-                Err(e) => {
-                    if let Some(key) = sub.idempotency_key
-                        && idempotency::is_key_taken(&e)
-                        && let Some(id) = self.replay(sub.api_key_id, key, &request_hash).await?
-                    {
-                        return Ok(Outcome::Accepted(id));
-                    }
-                    return Err(e.into());
-                }
+            if self.record(new, write).await? != Written::Skipped {
+                return Ok(Outcome::Accepted(id));
             }
+            // Not written: the key was taken first (answer as its first use did), or the
+            // sender's state changed since it was read.
+            if let Some(key) = sub.idempotency_key
+                && let Some(id) = self.replay(sub.api_key_id, key, &request_hash).await?
+            {
+                return Ok(Outcome::Accepted(id));
+            }
+            self.senders.forget(&sender);
+            standing = moderation::stored_standing(&self.pool, &sender).await?;
         }
         Err(InviteError::Unavailable(
             "the sender's state keeps changing; retry shortly".into(),
         ))
     }
 
-    /// Writes the invite (with the flag of a breach in the same transaction), timed and
-    /// counted.
-    async fn record(
-        &self,
-        new: &NewInvite<'_>,
-        standing: &Standing,
-        decided: &Decided,
-    ) -> Result<Written, sqlx::Error> {
+    /// Writes the invite through the group commit, timed and counted.
+    async fn record(&self, new: NewInvite, write: Write) -> Result<Written, BatchError> {
         let started = std::time::Instant::now();
-        let written = match (&decided.breach, decided.status) {
-            (Some(breach), _) => {
-                store::insert_with_flag(
-                    &self.pool,
-                    new,
-                    standing.state,
-                    breach,
-                    self.held_cap,
-                    self.confirm_repeat,
-                )
-                .await
-            }
-            (None, Status::Held) => {
-                store::insert_held(&self.pool, new, standing.state, self.held_cap).await
-            }
-            (None, status) => {
-                let admitted = standing.state == SenderState::Active && status == Status::Queued;
-                store::insert(&self.pool, new, standing, admitted).await
-            }
-        };
+        let status = new.status;
+        let flagged = matches!(write, Write::Flagged { .. });
+        let sender = new.sender.clone();
+        let written = self.writer.write(new, write).await;
         match &written {
-            Ok(Written::StateDiffers) => {}
+            Ok(Written::Skipped) => {}
             Ok(_) => {
                 self.postgres.recovered();
                 self.metrics
                     .observe("sendguard_postgres_seconds", &[], started.elapsed());
-                self.metrics.count(
-                    "sendguard_invites_total",
-                    &[("status", decided.status.as_str())],
-                );
-                if decided.breach.is_some() {
+                self.metrics
+                    .count("sendguard_invites_total", &[("status", status.as_str())]);
+                if flagged {
                     // Every instance hears of the new state from the trigger; this one at once.
-                    self.senders.forget(new.sender);
+                    self.senders.forget(&sender);
                 }
             }
-            Err(e) if !idempotency::is_key_taken(e) => {
+            Err(e) => {
                 self.postgres.failed(e);
                 self.metrics
                     .count("sendguard_dependency_errors_total", &[("kind", "postgres")]);
             }
-            Err(_) => {}
         }
         written
     }

@@ -1,9 +1,15 @@
-//! The invite's SQL: writing one (with the flag of a breach and the held cap), and the reads and
-//! updates of the deferred re-check. Every write checks that the sender is still in the state
-//! the verdict was made for: the cached state is a hint, the table decides at commit.
+//! The invite's SQL: writing them (many queued ones in one statement, a held one or one with
+//! the flag of a breach each in a statement or two of the batch's transaction; see
+//! [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks
+//! that the sender is still in the state the verdict was made for: the cached state is a hint,
+//! the table decides at commit. A write never fails on an `Idempotency-Key` that is already
+//! taken, so one repeated request cannot fail the batch it shares: it is not written, and the
+//! caller looks the key up once the batch has committed.
+
+use std::sync::Arc;
 
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::policy::{Breach, Status};
@@ -13,19 +19,19 @@ use crate::rules::Action;
 use crate::sender::SenderKey;
 
 /// An invite about to be written, with its verdict.
-pub struct NewInvite<'a> {
+pub struct NewInvite {
     pub id: Uuid,
     pub api_key_id: i64,
-    pub sender: &'a SenderKey,
-    pub invite: &'a ValidInvite,
+    pub sender: SenderKey,
+    pub invite: Arc<ValidInvite>,
     /// The link the email will carry, if any.
-    pub accept_url: Option<&'a str>,
+    pub accept_url: Option<String>,
     /// The sender's address group (IPv6 by /64), when the app named its address.
     pub address: Option<String>,
     pub status: Status,
-    pub decision: &'a Value,
-    pub idempotency_key: Option<&'a str>,
-    pub request_hash: &'a [u8],
+    pub decision: Value,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Arc<[u8]>,
 }
 
 /// What a write did.
@@ -34,83 +40,174 @@ pub enum Written {
     Recorded,
     /// A held invite beyond the sender's cap: counted with the sender, not stored.
     OverHeldCap,
-    /// The sender is no longer in the assumed state; nothing was written.
-    StateDiffers,
+    /// Nothing was written: the sender is no longer in the assumed state, or the invite's
+    /// `Idempotency-Key` was taken first.
+    Skipped,
 }
 
-/// The invite insert (`$1`-`$13` as [`bind`] binds them, `$app` its app, `$link` its link), as
-/// a `SELECT` so a guard can follow.
-macro_rules! insert_invite {
-    ($app:literal, $link:literal) => {
-        concat!(
-            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-                 sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-                 idempotency_key, request_hash, accept_url)
-             SELECT $1, $2, ",
-            $app,
-            ", $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                 CASE WHEN $10 = 'queued' THEN now() END, $12, $13, ",
-            $link
-        )
+/// The state a queued invite's verdict assumed of its sender.
+#[derive(Debug, Clone, Copy)]
+pub struct Assumed {
+    pub state: SenderState,
+    pub version: i64,
+    /// The counters let it through every rule: it is also written when the only change since
+    /// its sender was read is a ban by a rule (a later invite of its own burst, counted after
+    /// it, committed first). A ban by a person still holds it.
+    pub admitted: bool,
+}
+
+impl Assumed {
+    pub fn new(standing: &Standing, admitted: bool) -> Assumed {
+        Assumed {
+            state: standing.state,
+            version: standing.version,
+            admitted,
+        }
+    }
+}
+
+/// Invites with no breach and nothing to hold, in one statement: their senders are upserted
+/// once each (in key order, so concurrent batches lock them in the same order), and each
+/// invite is inserted when its sender is in the state its verdict assumed. Answers the ids
+/// written.
+pub async fn insert_queued(
+    conn: &mut PgConnection,
+    rows: &[(&NewInvite, Assumed)],
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let col = |f: fn(&NewInvite) -> Option<&str>| -> Vec<Option<&str>> {
+        rows.iter().map(|(new, _)| f(new)).collect()
     };
-}
-
-/// The sender's row (app `$app`, id `$id`), created on first sight with the address group it
-/// came from (`$a`), the sender of the same app it is linked to (banned from that address
-/// within 30 days) and when the app says the account was made (`$c`); answers its state,
-/// version and who changed it last.
-macro_rules! upsert_sender {
-    ($app:literal, $id:literal, $a:literal, $c:literal) => {
-        concat!(
-            "INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to)
-             VALUES (",
-            $app,
-            ", ",
-            $id,
-            ", ",
-            $a,
-            ", ",
-            $c,
-            ", (SELECT sender_id FROM banned_addresses WHERE app_id = ",
-            $app,
-            " AND address = ",
-            $a,
-            " AND banned_at > now() - interval '30 days' ORDER BY banned_at DESC LIMIT 1))
+    sqlx::query_scalar(
+        "WITH input AS (
+             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
+                 $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                 $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
+                 $18::int8[], $19::text[], $20::timestamptz[])
+                 WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
+                     recipient_domain, sender_ip, resource, message, sender_name, status,
+                     decision, idempotency_key, request_hash, accept_url, assumed, admitted,
+                     version, address, created_in_app_at, n)),
+         sender AS (
+             INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to)
+             SELECT DISTINCT ON (i.app_id, i.sender_id) i.app_id, i.sender_id, i.address,
+                 i.created_in_app_at,
+                 (SELECT b.sender_id FROM banned_addresses b
+                  WHERE b.app_id = i.app_id AND b.address = i.address
+                      AND b.banned_at > now() - interval '30 days'
+                  ORDER BY b.banned_at DESC LIMIT 1)
+             FROM input i ORDER BY i.app_id, i.sender_id, i.n
              ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
                  created_in_app_at = COALESCE(senders.created_in_app_at,
                      EXCLUDED.created_in_app_at)
-             RETURNING state, version, state_changed_by"
-        )
-    };
+             RETURNING app_id, id, state, version, state_changed_by)
+         INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+             sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
+             idempotency_key, request_hash, accept_url)
+         SELECT i.id, i.api_key_id, i.app_id, i.sender_id, i.recipient, i.recipient_domain,
+             i.sender_ip, i.resource, i.message, i.sender_name, i.status, i.decision,
+             CASE WHEN i.status = 'queued' THEN now() END, i.idempotency_key, i.request_hash,
+             i.accept_url
+         FROM input i JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
+         WHERE s.state = i.assumed
+             OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
+                 AND s.state_changed_by = 'system' AND s.version = i.version + 1)
+         ORDER BY i.n
+         ON CONFLICT (api_key_id, idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(rows.iter().map(|(new, _)| new.id).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|(new, _)| new.api_key_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|(new, _)| new.sender.app_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| Some(&new.sender.id)))
+    .bind(col(|new| Some(&new.invite.recipient)))
+    .bind(col(|new| Some(&new.invite.recipient_domain)))
+    .bind(
+        rows.iter()
+            .map(|(new, _)| new.invite.sender_ip.map(|ip| ip.to_string()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.invite.resource.as_deref()))
+    .bind(col(|new| new.invite.message.as_deref()))
+    .bind(col(|new| new.invite.sender_name.as_deref()))
+    .bind(col(|new| Some(new.status.as_str())))
+    .bind(
+        rows.iter()
+            .map(|(new, _)| &new.decision)
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.idempotency_key.as_deref()))
+    .bind(
+        rows.iter()
+            .map(|(new, _)| &new.request_hash[..])
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.accept_url.as_deref()))
+    .bind(
+        rows.iter()
+            .map(|(_, assumed)| assumed.state.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|(_, assumed)| assumed.admitted)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|(_, assumed)| assumed.version)
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.address.as_deref()))
+    .bind(
+        rows.iter()
+            .map(|(new, _)| new.invite.sender_created_at)
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(conn)
+    .await
 }
 
-const INSERT: &str = insert_invite!("$14", "$15");
+/// The invite insert (`$1`-`$13` as [`bind`] binds them, `$14` its app, `$15` its link) of a
+/// flagging invite, in the flag's transaction.
+const INSERT: &str = "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient,
+         recipient_domain, sender_ip, resource, message, sender_name, status, decision,
+         next_attempt_at, idempotency_key, request_hash, accept_url)
+     VALUES ($1, $2, $14, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+         CASE WHEN $10 = 'queued' THEN now() END, $12, $13, $15)
+     ON CONFLICT (api_key_id, idempotency_key) DO NOTHING";
 
-/// The sender upsert (`$19` its app, `$3` its id, `$17` its address, `$18` its creation) and the
-/// insert (`$20` its link), guarded by the assumed state (`$14`). An invite the counters admitted (`$15`) is also
-/// written when the only change since its sender was read (at version `$16`) is a ban by a
-/// rule: a later invite of its own burst, counted after it, committed first. A ban by a person
-/// still holds it.
-const INSERT_GUARDED: &str = concat!(
-    "WITH sender AS (",
-    upsert_sender!("$19", "$3", "$17", "$18"),
-    ") ",
-    insert_invite!("$19", "$20"),
-    " FROM sender WHERE sender.state = $14
-         OR ($15 AND sender.state IN ('shadow_banned', 'banned')
-             AND sender.state_changed_by = 'system' AND sender.version = $16 + 1)"
-);
-
-/// The sender's row in the transaction of a flagging invite.
-const UPSERT_SENDER: &str = upsert_sender!("$4", "$1", "$2", "$3");
+/// The sender's row in the transaction of a flagging invite (app `$4`, id `$1`), created on
+/// first sight with the address group it came from (`$2`), the sender of the same app it is
+/// linked to (banned from that address within 30 days) and when the app says the account was
+/// made (`$3`); answers its state.
+const UPSERT_SENDER: &str = "INSERT INTO senders (app_id, id, first_address, created_in_app_at,
+         linked_to)
+     VALUES ($4, $1, $2, $3, (SELECT sender_id FROM banned_addresses WHERE app_id = $4
+         AND address = $2 AND banned_at > now() - interval '30 days'
+         ORDER BY banned_at DESC LIMIT 1))
+     ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
+         created_in_app_at = COALESCE(senders.created_in_app_at, EXCLUDED.created_in_app_at)
+     RETURNING state";
 
 /// A held invite in one statement: a slot under the sender's cap (`$10`) is taken and the
 /// invite stored whole; past the cap only what idempotency needs is kept, as `discarded`. The
-/// sender must be in the assumed state (`$11`). `$1`-`$9`, `$12`-`$14` as in [`INSERT`], `$15`
-/// the app, `$16` the link.
+/// sender must be in the assumed state (`$11`), and the `Idempotency-Key` (`$13`) unused, so a
+/// repeated request takes no slot. `$1`-`$9`, `$12`-`$14` as in [`INSERT`], `$15` the app,
+/// `$16` the link.
 const INSERT_HELD: &str = "WITH cur AS (
          SELECT held_stored < $10 AS room FROM senders
-         WHERE app_id = $15 AND id = $3 AND state = $11 FOR UPDATE),
+         WHERE app_id = $15 AND id = $3 AND state = $11
+             AND NOT EXISTS (SELECT 1 FROM invites WHERE api_key_id = $2
+                 AND idempotency_key = $13)
+         FOR UPDATE),
      slot AS (
          UPDATE senders SET last_seen_at = now(),
              held_stored = held_stored + (SELECT room::int FROM cur),
@@ -126,13 +223,14 @@ const INSERT_HELD: &str = "WITH cur AS (
          CASE WHEN cur.room THEN $12 ELSE '{\"reason\": \"held_cap\"}'::jsonb END, $13, $14,
          CASE WHEN cur.room THEN $16 END
      FROM cur, slot
+     ON CONFLICT (api_key_id, idempotency_key) DO NOTHING
      RETURNING status";
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `$1`-`$6`: what every invite row keeps.
-fn bind_who<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
-    let invite = new.invite;
+fn bind_who<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
+    let invite = &new.invite;
     query
         .bind(new.id)
         .bind(new.api_key_id)
@@ -143,111 +241,98 @@ fn bind_who<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
 }
 
 /// `$7`-`$9`: the sender's words.
-fn bind_text<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
-    let invite = new.invite;
+fn bind_text<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
+    let invite = &new.invite;
     query
         .bind(&invite.resource)
         .bind(&invite.message)
         .bind(&invite.sender_name)
 }
 
-fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite<'_>) -> PgQuery<'q> {
+fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
     bind_text(bind_who(query, new), new)
         .bind(new.status.as_str())
-        .bind(new.decision)
-        .bind(new.idempotency_key)
-        .bind(new.request_hash)
-}
-
-/// The common case, an invite with no breach and nothing to hold: one statement (the sender
-/// upsert in a CTE, then the insert), one round trip. `admitted`: the counters let it through
-/// every rule.
-pub async fn insert(
-    pool: &PgPool,
-    new: &NewInvite<'_>,
-    assumed: &Standing,
-    admitted: bool,
-) -> Result<Written, sqlx::Error> {
-    let done = bind(sqlx::query(INSERT_GUARDED), new)
-        .bind(assumed.state.as_str())
-        .bind(admitted)
-        .bind(assumed.version)
-        .bind(new.address.as_deref())
-        .bind(new.invite.sender_created_at)
-        .bind(new.sender.app_id)
-        .bind(new.accept_url)
-        .execute(pool)
-        .await?;
-    Ok(if done.rows_affected() == 0 {
-        Written::StateDiffers
-    } else {
-        Written::Recorded
-    })
+        .bind(&new.decision)
+        .bind(new.idempotency_key.as_deref())
+        .bind(&new.request_hash[..])
 }
 
 /// A held invite of a sender in `assumed` state (with no new flag): one statement, like a
 /// queued one, so holding costs no more time than sending.
-pub async fn insert_held<'e>(
-    db: impl sqlx::PgExecutor<'e>,
-    new: &NewInvite<'_>,
+pub async fn insert_held(
+    conn: &mut PgConnection,
+    new: &NewInvite,
     assumed: SenderState,
     held_cap: i64,
 ) -> Result<Written, sqlx::Error> {
     let status: Option<String> = bind_text(bind_who(sqlx::query(INSERT_HELD), new), new)
         .bind(held_cap)
         .bind(assumed.as_str())
-        .bind(new.decision)
-        .bind(new.idempotency_key)
-        .bind(new.request_hash)
+        .bind(&new.decision)
+        .bind(new.idempotency_key.as_deref())
+        .bind(&new.request_hash[..])
         .bind(new.sender.app_id)
-        .bind(new.accept_url)
-        .fetch_optional(db)
+        .bind(new.accept_url.as_deref())
+        .fetch_optional(conn)
         .await?
         .map(|row| sqlx::Row::get(&row, 0));
     Ok(match status.as_deref() {
-        None => Written::StateDiffers,
+        None => Written::Skipped,
         Some("held") => Written::Recorded,
         Some(_) => Written::OverHeldCap,
     })
 }
 
-/// An invite that flags its sender: one transaction with the flag, the sender's new state (for
-/// a shadow ban), their audit entries and the invite.
+/// An invite that flags its sender, in the batch's transaction: the flag, the sender's new
+/// state (for a shadow ban), their audit entries and the invite. A repeated
+/// `Idempotency-Key` flags nothing.
 pub async fn insert_with_flag(
-    pool: &PgPool,
-    new: &NewInvite<'_>,
+    tx: &mut Transaction<'_, Postgres>,
+    new: &NewInvite,
     assumed: SenderState,
     breach: &Breach,
     held_cap: i64,
     confirm_repeat: bool,
 ) -> Result<Written, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let (stored, _, _): (String, i64, Option<String>) = sqlx::query_as(UPSERT_SENDER)
+    if let Some(key) = &new.idempotency_key {
+        let taken: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM invites WHERE api_key_id = $1 AND idempotency_key = $2)",
+        )
+        .bind(new.api_key_id)
+        .bind(key)
+        .fetch_one(&mut **tx)
+        .await?;
+        if taken {
+            return Ok(Written::Skipped);
+        }
+    }
+    let stored: String = sqlx::query_scalar(UPSERT_SENDER)
         .bind(&new.sender.id)
         .bind(new.address.as_deref())
         .bind(new.invite.sender_created_at)
         .bind(new.sender.app_id)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await?;
     if stored != assumed.as_str() {
-        return Ok(Written::StateDiffers);
+        return Ok(Written::Skipped);
     }
     // The upsert locked the row, so the state it read is the state the flag changes.
-    let now = flag(&mut tx, new.sender, breach, Some(new.id), confirm_repeat)
+    let now = flag(tx, &new.sender, breach, Some(new.id), confirm_repeat)
         .await?
         .unwrap_or(assumed);
-    let written = if new.status == Status::Held {
-        insert_held(&mut *tx, new, now, held_cap).await?
+    if new.status == Status::Held {
+        return insert_held(tx, new, now, held_cap).await;
+    }
+    let done = bind(sqlx::query(INSERT), new)
+        .bind(new.sender.app_id)
+        .bind(new.accept_url.as_deref())
+        .execute(&mut **tx)
+        .await?;
+    Ok(if done.rows_affected() == 0 {
+        Written::Skipped
     } else {
-        bind(sqlx::query(INSERT), new)
-            .bind(new.sender.app_id)
-            .bind(new.accept_url)
-            .execute(&mut *tx)
-            .await?;
         Written::Recorded
-    };
-    tx.commit().await?;
-    Ok(written)
+    })
 }
 
 /// Flags the sender with its breach in the caller's transaction: a shadow ban changes its

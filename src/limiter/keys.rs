@@ -65,6 +65,13 @@ impl LimitKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The subject's hash tag: keys with the same tag live in one cluster slot.
+    pub fn hash_tag(&self) -> &str {
+        let open = self.0.find('{').map_or(0, |n| n + 1);
+        let close = self.0[open..].find('}').map_or(self.0.len(), |n| open + n);
+        &self.0[open..close]
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +84,7 @@ mod tests {
         let q = Quota::new(60, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
         let k = KeyPrefix::default().key("sender:u_1", "sender-hourly", &q);
         assert_eq!(k.as_str(), "sg:{sender:u_1}:sender-hourly:hr3600000");
+        assert_eq!(k.hash_tag(), "sender:u_1");
     }
 
     #[test]
@@ -84,6 +92,7 @@ mod tests {
         let q = Quota::new(5, 60, Algorithm::FixedWindow);
         let k = KeyPrefix::default().key("sender:a}b{%", "r", &q);
         assert_eq!(k.as_str(), "sg:{sender:a%7Db%7B%25}:r:fw60000");
+        assert_eq!(k.hash_tag(), "sender:a%7Db%7B%25");
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The rate-limit engine: one interface for a decision, several algorithms, two stores.
 //!
 //! A decision takes a [`Quota`] (limit, window, algorithm, options), a key (subject and rule) and a
-//! cost, counts atomically and answers with a [`Decision`]. The Redis store runs one Lua script per
-//! decision; the in-process store runs the same state machines from [`algorithms`] behind a mutex.
+//! cost, counts atomically and answers with a [`Decision`]. The Redis store runs one Lua script call
+//! per subject, deciding all of its rules; the in-process store runs the same state machines from [`algorithms`] behind a mutex.
 
 pub mod algorithms;
 pub mod bench;
+mod clock;
 mod connection;
 mod distinct;
 mod keys;
@@ -225,7 +226,7 @@ pub enum Limiter {
 }
 
 impl Limiter {
-    /// One decision. `at_ms` replays history; `None` uses the store's clock (Redis `TIME`).
+    /// One decision. `at_ms` replays history; `None` uses the store's clock (Redis' time).
     pub async fn check(
         &self,
         key: &LimitKey,
@@ -240,8 +241,8 @@ impl Limiter {
             .ok_or_else(|| LimiterError::BadReply("empty batch reply".into()))
     }
 
-    /// Several decisions in one round trip (one pipeline, or concurrent commands on a cluster);
-    /// answers in the order of `checks`.
+    /// Several decisions in one round trip: one script call per subject, pipelined on one server
+    /// and concurrent on a cluster; answers in the order of `checks`.
     pub async fn check_batch(
         &self,
         checks: &[Check<'_>],

@@ -1,23 +1,23 @@
-//! The Redis store: one Lua script per decision, sent as EVALSHA.
+//! The Redis store: one Lua script decides every rule of one subject, sent as EVALSHA.
 //!
-//! Scripts are loaded once when the store connects (on every node of a cluster). A batch of
-//! decisions goes out in one round trip; a decision answered NOSCRIPT (the server restarted, its
-//! script cache was flushed, or a slot moved to a node that never saw the script) is sent again as
-//! EVAL, which also loads the script there, so nothing is counted twice or lost. Every key of one
-//! decision carries the subject's hash tag, so a script never spans two cluster slots.
+//! Every key of one subject carries the subject's hash tag, so one script call never spans two
+//! cluster slots. The decisions of one invite are grouped by subject: on a single server every
+//! group goes out in one pipeline, on a cluster one command per group, in parallel. The script
+//! is loaded when the store connects (on every node of a cluster); a group answered NOSCRIPT
+//! (the server restarted, its script cache was flushed, or a slot moved to a node that never saw
+//! the script) is sent again as EVAL, which also loads the script there, so nothing is counted
+//! twice or lost.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
+use super::clock::Clock;
 use super::{
     Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, MAX_LIMIT, MAX_WINDOW_MS, Quota,
     RedisConnection,
 };
-
-const PRELUDE: &str = include_str!("lua/prelude.lua");
-const HELPERS: &str = include_str!("lua/helpers.lua");
 
 /// How the store reaches Redis.
 #[derive(Debug, Clone)]
@@ -37,90 +37,80 @@ impl RedisSettings {
     }
 }
 
+/// The one script: each algorithm as a local function (`prelude.lua`, its fast path if it has
+/// one, `helpers.lua`, its body), between the clock (`decide_head.lua`) and the dispatcher
+/// (`decide_tail.lua`).
 struct Script {
     source: String,
     sha: String,
 }
 
 impl Script {
-    /// The prelude, the script's fast path (which returns before any helper closure is created),
-    /// the helpers and the script's body, as one chunk.
-    fn new(fast: &str, body: &str) -> Script {
-        let source = format!("{PRELUDE}\n{fast}\n{HELPERS}\n{body}");
+    fn new() -> Script {
+        let algorithms = [
+            (
+                "hash_counters",
+                include_str!("lua/hash_counters_fast.lua"),
+                include_str!("lua/hash_counters.lua"),
+            ),
+            ("fixed_window", "", include_str!("lua/fixed_window.lua")),
+            ("sliding_window", "", include_str!("lua/sliding_window.lua")),
+            ("token_bucket", "", include_str!("lua/token_bucket.lua")),
+            ("sliding_log", "", include_str!("lua/sliding_log.lua")),
+            ("distinct", "", include_str!("lua/distinct.lua")),
+        ];
+        let mut source = String::from(include_str!("lua/decide_head.lua"));
+        for (name, fast, body) in algorithms {
+            source.push_str(&format!(
+                "local function {name}(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n",
+                include_str!("lua/prelude.lua"),
+                include_str!("lua/helpers.lua"),
+            ));
+        }
+        source.push_str(include_str!("lua/decide_tail.lua"));
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Script { source, sha }
     }
 }
 
-/// One script per algorithm family.
-struct Scripts {
-    hash_counters: Script,
-    fixed_window: Script,
-    sliding_window: Script,
-    token_bucket: Script,
-    sliding_log: Script,
-    distinct: Script,
-}
-
-impl Scripts {
-    fn new() -> Scripts {
-        Scripts {
-            hash_counters: Script::new(
-                include_str!("lua/hash_counters_fast.lua"),
-                include_str!("lua/hash_counters.lua"),
-            ),
-            fixed_window: Script::new("", include_str!("lua/fixed_window.lua")),
-            sliding_window: Script::new("", include_str!("lua/sliding_window.lua")),
-            token_bucket: Script::new("", include_str!("lua/token_bucket.lua")),
-            sliding_log: Script::new("", include_str!("lua/sliding_log.lua")),
-            distinct: Script::new("", include_str!("lua/distinct.lua")),
-        }
-    }
-
-    fn all(&self) -> [&Script; 6] {
-        [
-            &self.hash_counters,
-            &self.fixed_window,
-            &self.sliding_window,
-            &self.token_bucket,
-            &self.sliding_log,
-            &self.distinct,
-        ]
-    }
-
-    /// The script of an algorithm and the option argument it reads.
-    fn for_algorithm(&self, algorithm: Algorithm) -> (&Script, &'static str) {
-        match algorithm {
-            Algorithm::HashCounters(EdgeMode::Harsh) => (&self.hash_counters, "harsh"),
-            Algorithm::HashCounters(EdgeMode::Lenient) => (&self.hash_counters, "lenient"),
-            Algorithm::HashCounters(EdgeMode::Weighted) => (&self.hash_counters, "weighted"),
-            Algorithm::FixedWindow => (&self.fixed_window, ""),
-            Algorithm::SlidingWindow => (&self.sliding_window, ""),
-            Algorithm::TokenBucket { strict } => {
-                (&self.token_bucket, if strict { "strict" } else { "" })
-            }
-            Algorithm::SlidingLog => (&self.sliding_log, ""),
-            // The option slot carries the member instead (see `command`).
-            Algorithm::Distinct => (&self.distinct, ""),
-        }
+/// The dispatcher's code of an algorithm and the option argument it reads.
+fn code_and_option(check: &Check<'_>) -> (&'static str, Option<&'static str>) {
+    match check.quota.algorithm {
+        Algorithm::HashCounters(EdgeMode::Harsh) => ("h", Some("harsh")),
+        Algorithm::HashCounters(EdgeMode::Lenient) => ("h", Some("lenient")),
+        Algorithm::HashCounters(EdgeMode::Weighted) => ("h", Some("weighted")),
+        Algorithm::FixedWindow => ("f", Some("")),
+        Algorithm::SlidingWindow => ("s", Some("")),
+        Algorithm::TokenBucket { strict } => ("t", Some(if strict { "strict" } else { "" })),
+        Algorithm::SlidingLog => ("l", Some("")),
+        // The option slot carries the member instead.
+        Algorithm::Distinct => ("d", None),
     }
 }
 
 #[derive(Clone)]
 pub struct RedisStore {
     conn: RedisConnection,
-    scripts: Arc<Scripts>,
+    script: Arc<Script>,
+    clock: Clock,
+}
+
+/// The decisions of one subject: their places in the caller's batch.
+struct Group<'c> {
+    tag: &'c str,
+    members: Vec<usize>,
 }
 
 impl RedisStore {
-    /// Connects and loads every script.
+    /// Connects, loads the script and sets the clock to Redis `TIME`.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, LimiterError> {
         let conn = RedisConnection::open(settings).await?;
         let store = RedisStore {
+            clock: Clock::synced_to(&conn).await?,
             conn,
-            scripts: Arc::new(Scripts::new()),
+            script: Arc::new(Script::new()),
         };
-        store.load_scripts().await?;
+        store.load_script().await?;
         Ok(store)
     }
 
@@ -129,78 +119,87 @@ impl RedisStore {
         self.conn.clone()
     }
 
-    async fn load_scripts(&self) -> Result<(), LimiterError> {
-        // One command at a time: a cluster sends SCRIPT LOAD to every node, not a pipeline.
-        for script in self.scripts.all() {
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&script.source)
-                .query_async(&mut self.conn.clone())
-                .await?;
-            if script.sha != sha {
-                return Err(LimiterError::BadReply(format!(
-                    "SCRIPT LOAD returned {sha}, expected {}",
-                    script.sha
-                )));
-            }
+    async fn load_script(&self) -> Result<(), LimiterError> {
+        // A cluster sends SCRIPT LOAD to every node.
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&self.script.source)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if self.script.sha != sha {
+            return Err(LimiterError::BadReply(format!(
+                "SCRIPT LOAD returned {sha}, expected {}",
+                self.script.sha
+            )));
         }
         Ok(())
     }
 
-    fn command(&self, check: &Check<'_>, at_ms: Option<u64>, by_source: bool) -> Cmd {
-        let (script, option) = self.scripts.for_algorithm(check.quota.algorithm);
+    /// One script call deciding every check of a group, at `now` (ms).
+    fn command(&self, checks: &[Check<'_>], group: &Group<'_>, now: u64, by_source: bool) -> Cmd {
         let mut cmd = if by_source {
             let mut c = redis::cmd("EVAL");
-            c.arg(&script.source);
+            c.arg(&self.script.source);
             c
         } else {
             let mut c = redis::cmd("EVALSHA");
-            c.arg(&script.sha);
+            c.arg(&self.script.sha);
             c
         };
-        let key = check.key.as_str();
-        if check.quota.algorithm == Algorithm::SlidingLog {
-            cmd.arg(2).arg(key).arg(format!("{key}:seq"));
-        } else {
-            cmd.arg(1).arg(key);
+        let logs = group
+            .members
+            .iter()
+            .filter(|&&n| checks[n].quota.algorithm == Algorithm::SlidingLog)
+            .count();
+        cmd.arg(group.members.len() + logs);
+        for &n in &group.members {
+            let key = checks[n].key.as_str();
+            cmd.arg(key);
+            if checks[n].quota.algorithm == Algorithm::SlidingLog {
+                cmd.arg(format!("{key}:seq"));
+            }
         }
-        let q = check.quota;
-        cmd.arg(check.cost);
-        match check.member {
-            Some(member) => cmd.arg(&member.to_le_bytes()[..]),
-            None => cmd.arg(option),
-        };
-        cmd.arg(packed_rule(q));
-        // Without a timestamp the script reads Redis TIME.
-        if let Some(at) = at_ms {
-            cmd.arg(at);
+        cmd.arg(now);
+        for &n in &group.members {
+            let check = &checks[n];
+            let (code, option) = code_and_option(check);
+            cmd.arg(code).arg(check.cost);
+            match (option, check.member) {
+                (Some(option), _) => cmd.arg(option),
+                (None, member) => cmd.arg(&member.unwrap_or(0).to_le_bytes()[..]),
+            };
+            cmd.arg(packed_rule(check.quota));
         }
         cmd
     }
 
+    /// Every check, one script call per subject; answers in the order of `checks`. Without
+    /// `at_ms` the time is this instance's clock, set to Redis `TIME` ([`Clock`]).
     pub async fn check_batch(
         &self,
         checks: &[Check<'_>],
         at_ms: Option<u64>,
     ) -> Result<Vec<Decision>, LimiterError> {
-        let mut replies = if let [check] = checks {
-            // A single decision goes out as a plain command: no pipeline to build or unpack.
+        let now = at_ms.unwrap_or_else(|| self.clock.now_ms());
+        let groups = group_by_subject(checks);
+        let mut replies = if let [group] = groups.as_slice() {
+            // One subject goes out as a plain command: no pipeline to build or unpack.
             let mut conn = self.conn.clone();
             vec![
-                self.command(check, at_ms, false)
+                self.command(checks, group, now, false)
                     .query_async::<Value>(&mut conn)
                     .await,
             ]
         } else {
-            let cmds: Vec<Cmd> = checks
+            let cmds: Vec<Cmd> = groups
                 .iter()
-                .map(|check| self.command(check, at_ms, false))
+                .map(|group| self.command(checks, group, now, false))
                 .collect();
             self.conn.send_all(cmds).await?
         };
-        // A decision that did not run is sent again, alone: as EVAL where the node lacks the
-        // script, after a pause where its slot is moving between nodes. Decisions that ran are
-        // never sent twice, so a batch that partly failed counts nothing twice.
+        // A call that did not run is sent again, alone: as EVAL where the node lacks the script,
+        // after a pause where its slot is moving between nodes. Calls that ran are never sent
+        // twice, so a batch that partly failed counts nothing twice.
         for attempt in 1..=RESENDS {
             let again: Vec<(usize, bool)> = replies
                 .iter()
@@ -219,17 +218,31 @@ impl RedisStore {
             }
             let cmds: Vec<Cmd> = again
                 .iter()
-                .map(|&(n, by_source)| self.command(&checks[n], at_ms, by_source))
+                .map(|&(n, by_source)| self.command(checks, &groups[n], now, by_source))
                 .collect();
             let retried = self.conn.send_all(cmds).await?;
             for ((n, _), reply) in again.into_iter().zip(retried) {
                 replies[n] = reply;
             }
         }
-        checks
-            .iter()
-            .zip(replies)
-            .map(|(check, reply)| parse_reply(check.quota, reply?))
+        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let reply = reply?;
+            let answers = if let [_] = group.members.as_slice() {
+                vec![reply]
+            } else {
+                match reply {
+                    Value::Array(answers) if answers.len() == group.members.len() => answers,
+                    other => return Err(LimiterError::BadReply(format!("{other:?}"))),
+                }
+            };
+            for (&n, answer) in group.members.iter().zip(answers) {
+                decisions[n] = Some(parse_reply(checks[n].quota, answer)?);
+            }
+        }
+        decisions
+            .into_iter()
+            .map(|d| d.ok_or_else(|| LimiterError::BadReply("a check had no answer".into())))
             .collect()
     }
 
@@ -249,6 +262,22 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// The checks grouped by their keys' hash tag, in order of first appearance.
+fn group_by_subject<'c>(checks: &[Check<'c>]) -> Vec<Group<'c>> {
+    let mut groups: Vec<Group<'c>> = Vec::new();
+    for (n, check) in checks.iter().enumerate() {
+        let tag = check.key.hash_tag();
+        match groups.iter_mut().find(|g| g.tag == tag) {
+            Some(group) => group.members.push(n),
+            None => groups.push(Group {
+                tag,
+                members: vec![n],
+            }),
+        }
+    }
+    groups
 }
 
 // A packed rule stays below 2^53, where a Lua number is still an exact integer.

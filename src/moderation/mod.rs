@@ -10,6 +10,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::audit::{self, Entry};
+use crate::batch::{BatchError, Batcher};
 use crate::cache::TtlCache;
 use crate::sender::SenderKey;
 use crate::webhooks::{self, EventType};
@@ -70,36 +71,62 @@ struct StandingRow {
     linked_to: Option<String>,
 }
 
-/// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
-/// `senders` table per sender and minute instead of one per invite. A change is announced by
-/// a trigger and forgotten here within milliseconds.
-#[derive(Clone)]
-pub struct SenderStates(TtlCache<SenderKey, Standing>);
-
-impl Default for SenderStates {
-    fn default() -> Self {
-        SenderStates(TtlCache::new(Duration::from_secs(60), 200_000))
+impl StandingRow {
+    fn standing(self) -> Standing {
+        let Ok(state) = self.state.parse() else {
+            return Standing::UNSEEN;
+        };
+        Standing {
+            state,
+            version: self.version,
+            since: Some(self.since),
+            accepted: self.accepted,
+            linked_to: self.linked_to,
+        }
     }
 }
 
+/// The most senders one read asks for.
+const MAX_READ: usize = 256;
+
+/// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
+/// `senders` table per sender and minute instead of one per invite. A change is announced by
+/// a trigger and forgotten here within milliseconds. Senders missing from the cache at the
+/// same time are read together, in one query ([`crate::batch`]).
+#[derive(Clone)]
+pub struct SenderStates {
+    cache: TtlCache<SenderKey, Standing>,
+    reads: Batcher<SenderKey, Standing>,
+}
+
 impl SenderStates {
+    pub fn new(pool: PgPool) -> Self {
+        SenderStates {
+            cache: TtlCache::new(Duration::from_secs(60), 200_000),
+            reads: Batcher::start(MAX_READ, move |senders| {
+                let pool = pool.clone();
+                async move { stored_standings(&pool, &senders).await }
+            }),
+        }
+    }
+
     /// The sender's standing; a sender never seen is active.
-    pub async fn get(&self, pool: &PgPool, sender: &SenderKey) -> Result<Standing, sqlx::Error> {
-        let ticket = match self.0.get(sender) {
+    pub async fn get(&self, sender: &SenderKey) -> Result<Standing, BatchError> {
+        let ticket = match self.cache.get(sender) {
             Ok(standing) => return Ok(standing),
             Err(ticket) => ticket,
         };
-        let standing = stored_standing(pool, sender).await?;
-        self.0.store(ticket, sender.clone(), standing.clone());
+        let standing = self.reads.call(sender.clone()).await?;
+        self.cache.store(ticket, sender.clone(), standing.clone());
         Ok(standing)
     }
 
     pub fn forget(&self, sender: &SenderKey) {
-        self.0.remove(sender);
+        self.cache.remove(sender);
     }
 
     pub fn clear(&self) {
-        self.0.clear();
+        self.cache.clear();
     }
 }
 
@@ -114,17 +141,40 @@ pub async fn stored_standing(pool: &PgPool, sender: &SenderKey) -> Result<Standi
     .bind(&sender.id)
     .fetch_optional(pool)
     .await?;
-    Ok(row
-        .and_then(|r| {
-            Some(Standing {
-                state: r.state.parse().ok()?,
-                version: r.version,
-                since: Some(r.since),
-                accepted: r.accepted,
-                linked_to: r.linked_to,
-            })
-        })
-        .unwrap_or(Standing::UNSEEN))
+    Ok(row.map_or(Standing::UNSEEN, StandingRow::standing))
+}
+
+/// The standings of several senders in one query, in their order.
+async fn stored_standings(
+    pool: &PgPool,
+    senders: &[SenderKey],
+) -> Result<Vec<Standing>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Found {
+        n: i64,
+        #[sqlx(flatten)]
+        row: StandingRow,
+    }
+    let found: Vec<Found> = sqlx::query_as(
+        "SELECT k.n, s.state, s.version, COALESCE(s.created_in_app_at, s.first_seen_at) AS since,
+             s.accepted, s.linked_to
+         FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n)
+         JOIN senders s ON s.app_id = k.app_id AND s.id = k.id",
+    )
+    .bind(senders.iter().map(|s| s.app_id).collect::<Vec<_>>())
+    .bind(senders.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())
+    .fetch_all(pool)
+    .await?;
+    let mut standings = vec![Standing::UNSEEN; senders.len()];
+    for f in found {
+        if let Some(slot) = usize::try_from(f.n - 1)
+            .ok()
+            .and_then(|n| standings.get_mut(n))
+        {
+            *slot = f.row.standing();
+        }
+    }
+    Ok(standings)
 }
 
 /// The sender of app `app_id` banned within [`MEMORY_DAYS`] from `address` (an address group),

@@ -8,6 +8,7 @@ mod deceptive_inputs;
 mod edge_attacks;
 mod explain;
 mod fuzz_routes;
+mod group_commit;
 mod instances;
 mod invites_api;
 mod limiter_model;

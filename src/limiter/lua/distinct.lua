@@ -1,6 +1,6 @@
 -- Distinct members (recipients, domains) in a sliding window, counted exactly up to the limit:
 -- one hash per (rule, subject) whose fields are the members (the caller's 8-byte hashes, in
--- ARGV[2]) and whose values are the sub-window (1/60 of the window) each was last seen in, plus
+-- the option argument) and whose values are the sub-window (1/60 of the window) each was last seen in, plus
 --   '#'  the newest sub-window ('head') and the number of members: head * 2^12 + count.
 -- A member counts while its last sighting is one of the 61 sub-windows head-60 .. head (the edge
 -- as `harsh` counts it: never more lenient than an exact window). At most limit + 1 members are
@@ -8,8 +8,7 @@
 -- When the head moves, members that left the window are deleted and the expiry is set to outlive
 -- the new head; within one sub-window a decision is one HMGET and at most one HSET.
 -- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
-local key = KEYS[1]
-local member = ARGV[2]
+local member = option -- the caller's 8-byte hash of the recipient or domain
 local SPAN = 61
 local COUNTS = 4096 -- 2^12: above MAX_DISTINCT_LIMIT + 1
 local a = now * 60

@@ -1,5 +1,4 @@
 -- One counter per fixed window: hash {w = window index, c = count}.
-local key = KEYS[1]
 local t = now
 local idx = math.floor(t / window)
 local st = redis.call('HMGET', key, 'w', 'c')

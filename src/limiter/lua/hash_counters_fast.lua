@@ -14,7 +14,6 @@
 -- it, so the fast path never touches the expiry.
 -- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
 -- option: 'harsh' | 'lenient' | 'weighted'.
-local key = KEYS[1]
 local RING = 60
 local HEADS = 1048576 -- 2^20
 local TOTALS = 4294967296 -- 2^32
@@ -30,7 +29,7 @@ end
 local m_before = nil
 if cost > 0 then
   -- The cost goes as the caller's string: a Lua number would be formatted with sprintf.
-  local mv = redis.call('HINCRBY', key, 'm', ARGV[1])
+  local mv = redis.call('HINCRBY', key, 'm', cost_arg)
   if mv == cost then
     m_before = false
     if cost <= limit then

@@ -1,6 +1,6 @@
 -- The exact sliding log: a sorted set of attempts scored by time (one member per unit of cost),
 -- and a sequence key that keeps members unique.
-local key, seq = KEYS[1], KEYS[2]
+local seq = key2 -- the sequence key, under the same hash tag
 local cutoff = now - window
 if cutoff < 0 then
   cutoff = 0

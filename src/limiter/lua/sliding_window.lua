@@ -1,6 +1,5 @@
 -- The sliding-window counter: hash {w = window index, c = this window, p = previous window};
 -- the previous window counts by the share of it the sliding window still covers.
-local key = KEYS[1]
 local t = now
 local idx = math.floor(t / window)
 local st = redis.call('HMGET', key, 'w', 'c', 'p')

@@ -2,7 +2,6 @@
 -- tokens * window_ms, t = last update}. One millisecond gives back `limit` units, exactly.
 -- option 'strict': a denied attempt forfeits the refill, so the bucket stays empty while
 -- traffic goes on.
-local key = KEYS[1]
 local st = redis.call('HMGET', key, 'u', 't')
 local used = tonumber(st[1]) or 0
 local updated = tonumber(st[2]) or 0

@@ -16,7 +16,9 @@ fn url_of(name: &str) -> String {
     format!("postgres://postgres@127.0.0.1:5432/{name}")
 }
 
-async fn admin() -> PgConnection {
+/// A connection to the `postgres` database: for cluster-wide views, and queries that must not
+/// count as a test database's transactions.
+pub async fn admin() -> PgConnection {
     PgConnection::connect(ADMIN_URL)
         .await
         .expect("admin connection (scripts/test starts PostgreSQL)")

@@ -1,0 +1,198 @@
+//! Group commit: concurrent invites share commits, every answer follows its commit, and a batch
+//! whose commit fails answers 503 to each of its requests and keeps none of them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+use tokio::sync::Mutex;
+
+use crate::support::api::Api;
+use crate::support::app::{Stage, admin, api_key, wait_for};
+
+/// Transactions committed in `db` so far, read from another database so the reading itself is
+/// not counted.
+async fn commits(db: &str) -> i64 {
+    sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
+        .bind(db)
+        .fetch_one(&mut admin().await)
+        .await
+        .expect("pg_stat_database")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_invites_share_commits_and_each_answer_follows_its_commit() {
+    const INVITES: usize = 200;
+    let stage = Stage::start("groupcommit", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let db = stage.db.name.clone();
+    // Every check shares one READ COMMITTED transaction, committed only after the count is
+    // read: each statement sees what was committed before it, and adds nothing to the count.
+    let mut check = PgConnection::connect(&stage.db.url).await.expect("connect");
+    sqlx::query("BEGIN")
+        .execute(&mut check)
+        .await
+        .expect("begin");
+    let check = Arc::new(Mutex::new(check));
+    stage.pool.close().await;
+    let before = commits(&db).await;
+
+    let sends: Vec<_> = (0..INVITES)
+        .map(|n| {
+            let (api, check) = (api.clone(), check.clone());
+            tokio::spawn(async move {
+                let body = json!({"sender_id": format!("gc{n}"), "recipient": format!("gc{n}@example.com")});
+                let (status, id) = api.send(body).await;
+                assert_eq!(status, StatusCode::OK, "invite {n}");
+                let id = uuid::Uuid::parse_str(&id.expect("id")).expect("uuid");
+                let visible: bool =
+                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM invites WHERE id = $1)")
+                        .bind(id)
+                        .fetch_one(&mut *check.lock().await)
+                        .await
+                        .expect("look up");
+                assert!(visible, "invite {n} was answered before its commit");
+            })
+        })
+        .collect();
+    for send in sends {
+        send.await.expect("send");
+    }
+    // The instance's connections report their counts as they close.
+    let Stage {
+        app, db: test_db, ..
+    } = stage;
+    app.shutdown().await;
+    let closed = wait_for(Duration::from_secs(15), || async {
+        // Only the checking connection is left.
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&db)
+            .fetch_one(&mut admin().await)
+            .await
+            .expect("pg_stat_activity")
+            == 1
+    })
+    .await;
+    assert!(closed, "the instance closed its connections");
+    let committed = commits(&db).await - before;
+    println!("{INVITES} invites, {committed} transactions committed");
+    assert!(
+        committed < INVITES as i64,
+        "{committed} commits for {INVITES} invites: they were not written together"
+    );
+    drop(check);
+    drop(test_db);
+}
+
+/// Refuses, at commit, any transaction that wrote an invite to a `poison…` recipient.
+const POISON: &str = "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.recipient LIKE 'poison%' THEN
+            RAISE EXCEPTION 'a poisoned batch';
+        END IF;
+        RETURN NULL;
+    END $$";
+const POISON_TRIGGER: &str = "CREATE CONSTRAINT TRIGGER refuse_poison AFTER INSERT ON invites
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_poison()";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_commit_fails_answers_503_to_each_member_and_keeps_none() {
+    let stage = Stage::start("groupfail", &[POISON, POISON_TRIGGER]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let db = stage.db.name.clone();
+    api.accepted("blocker", "first@example.com").await;
+
+    // The writer is held up on the blocker's row, so the next invites queue behind it and
+    // share the batch after it.
+    let mut lock = stage.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM senders WHERE id = 'blocker' FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the sender");
+    let blocked = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            api.send(json!({"sender_id": "blocker", "recipient": "second@example.com"}))
+                .await
+        })
+    };
+    let waiting = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&db)
+        .fetch_one(&mut admin().await)
+        .await
+        .expect("pg_stat_activity")
+    })
+    .await;
+    assert!(waiting, "the writer waits for the locked sender");
+    let recipients: Vec<String> = std::iter::once("poison@example.com".to_owned())
+        .chain((0..20).map(|n| format!("good{n}@example.com")))
+        .collect();
+    let batch: Vec<_> = recipients
+        .iter()
+        .enumerate()
+        .map(|(n, recipient)| {
+            let api = api.clone();
+            let body = json!({"sender_id": format!("member{n}"), "recipient": recipient});
+            tokio::spawn(async move { api.send(body).await })
+        })
+        .collect();
+    // Let every request reach the writer's queue before the blocker's write goes on.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    lock.rollback().await.expect("release");
+
+    let (status, _) = blocked.await.expect("blocked invite");
+    assert_eq!(status, StatusCode::OK, "the batch before is unaffected");
+    let mut refused = HashSet::new();
+    let mut accepted = HashSet::new();
+    for (recipient, answer) in recipients.iter().zip(batch) {
+        let (status, id) = answer.await.expect("invite");
+        match status {
+            StatusCode::OK => accepted.insert(id.expect("id")),
+            StatusCode::SERVICE_UNAVAILABLE => refused.insert(recipient.clone()),
+            other => panic!("{recipient}: {other}"),
+        };
+    }
+    assert!(
+        refused.contains("poison@example.com"),
+        "the poisoned invite is refused"
+    );
+    assert!(
+        refused.len() > 1,
+        "the poisoned invite's batch mates are refused with it: {refused:?}"
+    );
+    let stored: HashSet<String> = sqlx::query_scalar("SELECT recipient FROM invites")
+        .fetch_all(&stage.pool)
+        .await
+        .expect("recipients")
+        .into_iter()
+        .collect();
+    for recipient in &refused {
+        assert!(
+            !stored.contains(recipient),
+            "{recipient} was answered 503 but kept"
+        );
+    }
+    let ids: HashSet<String> = sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM invites")
+        .fetch_all(&stage.pool)
+        .await
+        .expect("ids")
+        .into_iter()
+        .map(|id| id.to_string())
+        .collect();
+    assert!(
+        accepted.is_subset(&ids),
+        "every invite answered 200 is kept"
+    );
+    // A refused invite sent again is accepted: nothing is left stuck.
+    for (n, recipient) in recipients.iter().enumerate().skip(1) {
+        if refused.contains(recipient) {
+            api.accepted(&format!("member{n}"), recipient).await;
+        }
+    }
+}
