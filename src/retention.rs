@@ -1,12 +1,17 @@
-//! Removal of old rows, so storage and page queries stay bounded however long the service runs.
+//! History that can grow: invites live in weekly partitions (migration 0009), made two weeks
+//! ahead by every instance at start and each hour, and removed a week at a time once the whole
+//! week is older than the retention.
 //!
-//! Invites in a final state (sent, failed, suppressed, discarded) older than the retention go,
-//! with the decision record they carry, and so do audit entries. Invites still waiting for
-//! something (queued, deferred, held for review) stay whatever their age: nothing accepted is
-//! dropped unseen. Rows go in small batches, each its own short transaction, with a pause
-//! between batches, so the API never waits behind one long delete; `SKIP LOCKED` lets several
-//! instances sweep at once without queueing on each other's rows. The batch is picked first
-//! (`= ANY(ARRAY(...))`), so the delete finds its rows by primary key instead of joining.
+//! Dropping a week keeps what still waits for something (queued, deferred, held for review):
+//! in one transaction the week is detached, its waiting invites are copied back into `invites`
+//! (no week covers their time any more, so they land in the default partition with their
+//! original `created_at`), and the week is dropped. Nothing accepted is dropped unseen.
+//!
+//! Rows outside the weeks (the default partition), audit entries and idempotency keys are
+//! removed in small batches, each its own short transaction, with a pause between batches, so
+//! the API never waits behind one long delete; `SKIP LOCKED` lets several instances sweep at
+//! once. The batch is picked first (`= ANY(ARRAY(...))`), so the delete finds its rows by
+//! primary key instead of joining.
 
 use std::time::Duration;
 
@@ -15,11 +20,32 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
+/// Weeks made ahead of time.
+const WEEKS_AHEAD: i32 = 2;
+
+/// The weeks whose last instant is older than the retention (`$1` days), oldest first.
+const OLD_WEEKS: &str = "SELECT c.relname FROM pg_inherits i
+         JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'invites'::regclass
+         -- The default partition has no date: CASE keeps to_date from ever reading its name.
+         AND CASE WHEN c.relname ~ '^invites_w[0-9]{8}$'
+             THEN to_date(substr(c.relname, 10), 'YYYYMMDD') + 7
+                 <= (now() - make_interval(days => $1)) AT TIME ZONE 'UTC'
+             ELSE false END
+     ORDER BY c.relname";
+
 /// One batch of old invites in a final state, oldest first (so the age index serves it).
 pub const DELETE_INVITES: &str = "DELETE FROM invites WHERE id = ANY(ARRAY(
          SELECT id FROM invites
          WHERE created_at < now() - make_interval(days => $1)
            AND status IN ('sent', 'failed', 'suppressed', 'discarded')
+         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
+
+/// One batch of old idempotency keys, oldest first: a key is answered for the retention. The
+/// table has no single-column key, so rows are picked by their physical address.
+pub const DELETE_KEYS: &str = "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(
+         SELECT ctid FROM idempotency_keys
+         WHERE created_at < now() - make_interval(days => $1)
          ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
 
 /// One batch of old audit entries, oldest first.
@@ -31,6 +57,7 @@ pub const DELETE_AUDIT: &str = "DELETE FROM audit_log WHERE id = ANY(ARRAY(
 pub struct Retention {
     pub pool: PgPool,
     pub metrics: Metrics,
+    /// 0 keeps everything (weeks are still made ahead).
     pub days: i32,
     pub batch: i64,
     /// Between two batches.
@@ -40,17 +67,79 @@ pub struct Retention {
 /// What one sweep removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Swept {
+    pub weeks: u64,
     pub invites: u64,
     pub audit_entries: u64,
+    pub keys: u64,
+}
+
+/// Makes the weeks from the one holding `since` to two weeks ahead.
+pub async fn make_weeks(
+    pool: &PgPool,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT sendguard_invite_weeks($1, $2)")
+        .bind(since)
+        .bind(WEEKS_AHEAD)
+        .execute(pool)
+        .await
+        .map(drop)
 }
 
 impl Retention {
-    /// Removes everything past the retention, a batch at a time.
+    /// Makes the weeks ahead, then removes everything past the retention.
     pub async fn sweep(&self) -> Result<Swept, sqlx::Error> {
+        make_weeks(&self.pool, chrono::Utc::now()).await?;
+        if self.days <= 0 {
+            return Ok(Swept::default());
+        }
+        let (weeks, dropped) = self.drop_weeks().await?;
         Ok(Swept {
-            invites: self.drain(DELETE_INVITES, "invites").await?,
+            weeks,
+            invites: dropped + self.drain(DELETE_INVITES, "invites").await?,
             audit_entries: self.drain(DELETE_AUDIT, "audit_log").await?,
+            keys: self.drain(DELETE_KEYS, "idempotency_keys").await?,
         })
+    }
+
+    /// Drops the weeks past the retention, keeping their waiting invites; answers the weeks
+    /// dropped and the invites that went with them.
+    async fn drop_weeks(&self) -> Result<(u64, u64), sqlx::Error> {
+        let weeks: Vec<String> = sqlx::query_scalar(OLD_WEEKS)
+            .bind(self.days)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut removed = 0;
+        for week in &weeks {
+            // The name comes from the catalogue and matches ^invites_w[0-9]{8}$: safe to quote.
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(&format!("ALTER TABLE invites DETACH PARTITION \"{week}\""))
+                .execute(&mut *tx)
+                .await?;
+            let kept = sqlx::query(&format!(
+                "INSERT INTO invites SELECT * FROM \"{week}\"
+                 WHERE status IN ('queued', 'deferred', 'held')"
+            ))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            let all: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{week}\""))
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query(&format!("DROP TABLE \"{week}\""))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            let gone = (all as u64).saturating_sub(kept);
+            self.metrics.add(
+                "sendguard_retention_removed_total",
+                &[("table", "invites")],
+                gone,
+            );
+            tracing::info!(week, removed = gone, kept, "dropped a week of invites");
+            removed += gone;
+        }
+        Ok((weeks.len() as u64, removed))
     }
 
     async fn drain(&self, sql: &str, table: &str) -> Result<u64, sqlx::Error> {
@@ -90,8 +179,10 @@ impl Retention {
             match swept {
                 Ok(s) if s != Swept::default() => {
                     tracing::info!(
+                        weeks = s.weeks,
                         invites = s.invites,
                         audit_entries = s.audit_entries,
+                        idempotency_keys = s.keys,
                         "retention sweep"
                     );
                 }

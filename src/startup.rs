@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::moderation::SenderStates;
 use crate::outcomes::Outcomes;
 use crate::recipients::{LinkKey, LinkKeyError};
-use crate::retention::Retention;
+use crate::retention::{self, Retention};
 use crate::rules::{RuleCache, RuleError};
 use crate::webhooks::{Deliverer, WebhookError, WebhookSettings};
 
@@ -76,6 +76,10 @@ impl Services {
     /// Connects to Postgres (migrating it), the counters' store and the mail transport.
     pub async fn connect(cfg: &Config) -> Result<Services, StartError> {
         let pool = db::connect_and_migrate(&cfg.database.database_url).await?;
+        // This week and the next ones exist before the first invite is written.
+        retention::make_weeks(&pool, chrono::Utc::now())
+            .await
+            .map_err(DbError::from)?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
         let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
@@ -277,16 +281,15 @@ pub async fn launch(
         }
         .watch(pool.clone(), stop.clone()),
     );
-    if cfg.retention_days > 0 {
-        let retention = Retention {
-            pool,
-            metrics,
-            days: cfg.retention_days,
-            batch: 1000,
-            pause: Duration::from_millis(50),
-        };
-        tasks.spawn(retention.run(Duration::from_secs(3600), stop.clone()));
-    }
+    // Always: besides removing old history it makes the weeks ahead.
+    let retention = Retention {
+        pool,
+        metrics,
+        days: cfg.retention_days,
+        batch: 1000,
+        pause: Duration::from_millis(50),
+    };
+    tasks.spawn(retention.run(Duration::from_secs(3600), stop.clone()));
     tracing::info!(%addr, %metrics_addr, "sendguard listening");
     Ok(Running {
         addr,

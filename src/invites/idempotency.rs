@@ -1,8 +1,9 @@
 //! `Idempotency-Key` (DESIGN.md §4): the same key of one API key with the same body answers the
 //! first id and never sends twice; with another body it is refused. The key and a hash of the
-//! body are stored with the invite, under a unique constraint, so two racing requests cannot
-//! both be recorded: the second is not written (`ON CONFLICT DO NOTHING`) and looks up the
-//! first once its batch has committed.
+//! body are stored in `idempotency_keys` (apart from the invites, whose table is partitioned by
+//! time and so cannot hold a key unique across all time), in the invite's statement, so two
+//! racing requests cannot both be recorded: the second is not written (`ON CONFLICT DO
+//! NOTHING`) and looks up the first once its batch has committed.
 
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -30,8 +31,8 @@ pub async fn earlier(
     key: &str,
     request_hash: &[u8],
 ) -> Result<Earlier, sqlx::Error> {
-    let found: Option<(Uuid, Option<Vec<u8>>)> = sqlx::query_as(
-        "SELECT id, request_hash FROM invites WHERE api_key_id = $1 AND idempotency_key = $2",
+    let found: Option<(Uuid, Vec<u8>)> = sqlx::query_as(
+        "SELECT invite_id, request_hash FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
     )
     .bind(api_key_id)
     .bind(key)
@@ -39,7 +40,7 @@ pub async fn earlier(
     .await?;
     Ok(match found {
         None => Earlier::Unused,
-        Some((id, Some(hash))) if hash == request_hash => Earlier::Same(id),
+        Some((id, hash)) if hash == request_hash => Earlier::Same(id),
         Some(_) => Earlier::Conflict,
     })
 }

@@ -99,20 +99,27 @@ pub async fn insert_queued(
              ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
                  created_in_app_at = COALESCE(senders.created_in_app_at,
                      EXCLUDED.created_in_app_at)
-             RETURNING app_id, id, state, version, state_changed_by)
+             RETURNING app_id, id, state, version, state_changed_by),
+         admitted AS (
+             SELECT i.* FROM input i JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
+             WHERE s.state = i.assumed
+                 OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
+                     AND s.state_changed_by = 'system' AND s.version = i.version + 1)),
+         keyed AS (
+             INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+             SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
+             WHERE idempotency_key IS NOT NULL ORDER BY n
+             ON CONFLICT (api_key_id, key) DO NOTHING
+             RETURNING invite_id)
          INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
              sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-             idempotency_key, request_hash, accept_url)
-         SELECT i.id, i.api_key_id, i.app_id, i.sender_id, i.recipient, i.recipient_domain,
-             i.sender_ip, i.resource, i.message, i.sender_name, i.status, i.decision,
-             CASE WHEN i.status = 'queued' THEN now() END, i.idempotency_key, i.request_hash,
-             i.accept_url
-         FROM input i JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
-         WHERE s.state = i.assumed
-             OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
-                 AND s.state_changed_by = 'system' AND s.version = i.version + 1)
-         ORDER BY i.n
-         ON CONFLICT (api_key_id, idempotency_key) DO NOTHING
+             accept_url)
+         SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
+             resource, message, sender_name, status, decision,
+             CASE WHEN status = 'queued' THEN now() END, accept_url
+         FROM admitted
+         WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
+         ORDER BY n
          RETURNING id",
     )
     .bind(rows.iter().map(|(new, _)| new.id).collect::<Vec<_>>())
@@ -175,14 +182,18 @@ pub async fn insert_queued(
     .await
 }
 
-/// The invite insert (`$1`-`$13` as [`bind`] binds them, `$14` its app, `$15` its link) of a
-/// flagging invite, in the flag's transaction.
+/// The invite insert (`$1`-`$11` as [`bind`] binds them, `$12` its app, `$13` its link) of a
+/// flagging invite, in the flag's transaction, after its key is claimed.
 const INSERT: &str = "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient,
          recipient_domain, sender_ip, resource, message, sender_name, status, decision,
-         next_attempt_at, idempotency_key, request_hash, accept_url)
-     VALUES ($1, $2, $14, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-         CASE WHEN $10 = 'queued' THEN now() END, $12, $13, $15)
-     ON CONFLICT (api_key_id, idempotency_key) DO NOTHING";
+         next_attempt_at, accept_url)
+     VALUES ($1, $2, $12, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+         CASE WHEN $10 = 'queued' THEN now() END, $13)";
+
+/// Claims an `Idempotency-Key` (`$1` the API key, `$2` the key) for an invite (`$3`, the
+/// body's hash `$4`); answers nothing when it was taken first.
+const CLAIM_KEY: &str = "INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+     VALUES ($1, $2, $3, $4) ON CONFLICT (api_key_id, key) DO NOTHING RETURNING invite_id";
 
 /// The sender's row in the transaction of a flagging invite (app `$4`, id `$1`), created on
 /// first sight with the address group it came from (`$2`), the sender of the same app it is
@@ -197,33 +208,36 @@ const UPSERT_SENDER: &str = "INSERT INTO senders (app_id, id, first_address, cre
          created_in_app_at = COALESCE(senders.created_in_app_at, EXCLUDED.created_in_app_at)
      RETURNING state";
 
-/// A held invite in one statement: a slot under the sender's cap (`$10`) is taken and the
-/// invite stored whole; past the cap only what idempotency needs is kept, as `discarded`. The
-/// sender must be in the assumed state (`$11`), and the `Idempotency-Key` (`$13`) unused, so a
-/// repeated request takes no slot. `$1`-`$9`, `$12`-`$14` as in [`INSERT`], `$15` the app,
-/// `$16` the link.
+/// A held invite in one statement: its `Idempotency-Key` (`$12`, with the body's hash `$13`)
+/// is claimed, a slot under the sender's cap (`$10`) is taken and the invite stored whole; past
+/// the cap only what idempotency needs is kept, as `discarded`. The sender must be in the
+/// assumed state (`$11`), and the key unused, so a repeated request takes no slot. `$1`-`$9`
+/// as [`bind`] binds them, `$14` the decision, `$15` the app, `$16` the link.
 const INSERT_HELD: &str = "WITH cur AS (
          SELECT held_stored < $10 AS room FROM senders
          WHERE app_id = $15 AND id = $3 AND state = $11
-             AND NOT EXISTS (SELECT 1 FROM invites WHERE api_key_id = $2
-                 AND idempotency_key = $13)
+             AND NOT EXISTS (SELECT 1 FROM idempotency_keys WHERE api_key_id = $2
+                 AND key = $12)
          FOR UPDATE),
+     keyed AS (
+         INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+         SELECT $2, $12, $1, $13 FROM cur WHERE $12::text IS NOT NULL
+         ON CONFLICT (api_key_id, key) DO NOTHING RETURNING 1),
      slot AS (
          UPDATE senders SET last_seen_at = now(),
              held_stored = held_stored + (SELECT room::int FROM cur),
              held_overflow = held_overflow + (SELECT (NOT room)::int FROM cur)
          WHERE app_id = $15 AND id = $3 AND EXISTS (SELECT 1 FROM cur) RETURNING 1)
      INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-         sender_ip, resource, message, sender_name, status, decision, idempotency_key,
-         request_hash, accept_url)
+         sender_ip, resource, message, sender_name, status, decision, accept_url)
      SELECT $1, $2, $15, $3, $4, $5, $6,
          CASE WHEN cur.room THEN $7 END, CASE WHEN cur.room THEN $8 END,
          CASE WHEN cur.room THEN $9 END,
          CASE WHEN cur.room THEN 'held' ELSE 'discarded' END,
-         CASE WHEN cur.room THEN $12 ELSE '{\"reason\": \"held_cap\"}'::jsonb END, $13, $14,
+         CASE WHEN cur.room THEN $14 ELSE '{\"reason\": \"held_cap\"}'::jsonb END,
          CASE WHEN cur.room THEN $16 END
      FROM cur, slot
-     ON CONFLICT (api_key_id, idempotency_key) DO NOTHING
+     WHERE $12::text IS NULL OR EXISTS (SELECT 1 FROM keyed)
      RETURNING status";
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
@@ -253,8 +267,6 @@ fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
     bind_text(bind_who(query, new), new)
         .bind(new.status.as_str())
         .bind(&new.decision)
-        .bind(new.idempotency_key.as_deref())
-        .bind(&new.request_hash[..])
 }
 
 /// A held invite of a sender in `assumed` state (with no new flag): one statement, like a
@@ -268,9 +280,9 @@ pub async fn insert_held(
     let status: Option<String> = bind_text(bind_who(sqlx::query(INSERT_HELD), new), new)
         .bind(held_cap)
         .bind(assumed.as_str())
-        .bind(&new.decision)
         .bind(new.idempotency_key.as_deref())
         .bind(&new.request_hash[..])
+        .bind(&new.decision)
         .bind(new.sender.app_id)
         .bind(new.accept_url.as_deref())
         .fetch_optional(conn)
@@ -296,7 +308,7 @@ pub async fn insert_with_flag(
 ) -> Result<Written, sqlx::Error> {
     if let Some(key) = &new.idempotency_key {
         let taken: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM invites WHERE api_key_id = $1 AND idempotency_key = $2)",
+            "SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2)",
         )
         .bind(new.api_key_id)
         .bind(key)
@@ -323,16 +335,24 @@ pub async fn insert_with_flag(
     if new.status == Status::Held {
         return insert_held(tx, new, now, held_cap).await;
     }
-    let done = bind(sqlx::query(INSERT), new)
+    if let Some(key) = &new.idempotency_key {
+        let claimed: Option<Uuid> = sqlx::query_scalar(CLAIM_KEY)
+            .bind(new.api_key_id)
+            .bind(key)
+            .bind(new.id)
+            .bind(&new.request_hash[..])
+            .fetch_optional(&mut **tx)
+            .await?;
+        if claimed.is_none() {
+            return Ok(Written::Skipped);
+        }
+    }
+    bind(sqlx::query(INSERT), new)
         .bind(new.sender.app_id)
         .bind(new.accept_url.as_deref())
         .execute(&mut **tx)
         .await?;
-    Ok(if done.rows_affected() == 0 {
-        Written::Skipped
-    } else {
-        Written::Recorded
-    })
+    Ok(Written::Recorded)
 }
 
 /// Flags the sender with its breach in the caller's transaction: a shadow ban changes its
