@@ -19,6 +19,7 @@ pub mod mail;
 pub mod metrics;
 pub mod moderation;
 mod names;
+mod openapi;
 pub mod ops;
 pub mod outcomes;
 pub mod recipients;
@@ -114,7 +115,7 @@ fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> 
     let probes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/api/openapi.json", get(http::openapi))
+        .route("/api/openapi.json", get(openapi::serve))
         .fallback(http::not_found)
         .layer(from_fn_with_state(body(FORM_BODY), http::read_body))
         .layer(from_fn_with_state(

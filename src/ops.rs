@@ -95,12 +95,32 @@ impl Ops {
 /// How long a readiness probe waits for each dependency (probes time out themselves).
 const PROBE: Duration = Duration::from_secs(1);
 
-/// The process is up.
+/// The process is up
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "health",
+    tag = "service",
+    responses((status = 200, description = "Up.", body = String, content_type = "text/plain")),
+)]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
+/// Postgres and Redis answer
+///
 /// 200 only when Postgres and the counters answer, each within a second.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "ready",
+    tag = "service",
+    responses(
+        (status = 200, description = "Ready.", body = String, content_type = "text/plain"),
+        (status = 503, description = "A dependency is down; the body says which.", body = String,
+            content_type = "text/plain"),
+    ),
+)]
 pub async fn readyz(State(ops): State<Ops>) -> (StatusCode, &'static str) {
     let pg = tokio::time::timeout(PROBE, sqlx::query("SELECT 1").execute(&ops.pool))
         .await

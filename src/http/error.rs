@@ -5,7 +5,10 @@
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 /// Why a request failed, for the log: attached to the response by the error that produced it
 /// and logged by [`super::observe`].
@@ -33,6 +36,40 @@ pub struct RateLimited {
     pub retry_after_secs: u64,
     pub reset_secs: u64,
 }
+
+/// An RFC 9457 problem: the body of every error the API answers with.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// Always `about:blank`: the status says what kind of problem it is.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The status's name.
+    pub title: &'static str,
+    /// The HTTP status code.
+    #[schema(minimum = 400, maximum = 599)]
+    pub status: u16,
+    /// What went wrong.
+    pub detail: String,
+    /// The invalid field, on 422.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub field: Option<&'static str>,
+}
+
+/// The Retry-After header's value in the description: whole seconds, at least one (the limiter
+/// rounds up; an outage says 5). The header has no type of its own to derive this from.
+pub struct RetryAfter;
+
+impl PartialSchema for RetryAfter {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .into()
+    }
+}
+
+impl ToSchema for RetryAfter {}
 
 /// Every error the API answers with.
 #[derive(Debug, thiserror::Error)]
@@ -103,15 +140,16 @@ impl IntoResponse for ApiError {
             ApiError::Timeout => (StatusCode::REQUEST_TIMEOUT, "Request timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
         };
-        let mut body = json!({
-            "type": "about:blank",
-            "title": title,
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-        });
-        if let ApiError::Invalid { field, .. } = &self {
-            body["field"] = json!(field);
-        }
+        let body = Problem {
+            kind: "about:blank",
+            title,
+            status: status.as_u16(),
+            detail: self.to_string(),
+            field: match &self {
+                ApiError::Invalid { field, .. } => Some(field),
+                _ => None,
+            },
+        };
         let mut headers = HeaderMap::new();
         headers.insert(
             header::CONTENT_TYPE,

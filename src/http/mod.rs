@@ -1,5 +1,5 @@
 //! Shared HTTP pieces: problem+json errors, the API-key and client-address extractors, body
-//! deadlines, the request middleware, the server loop, and the API's own description.
+//! deadlines, the request middleware and the server loop.
 
 mod api_key;
 mod body;
@@ -8,13 +8,13 @@ mod error;
 mod middleware;
 pub mod server;
 
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 pub use api_key::{ApiKey, ApiKeys};
 pub use body::{BodyLimit, read_body, require_json};
 pub use client::{ClientAddr, TrustedProxies, group};
-pub use error::{ApiError, ErrorCause, RateLimited};
+pub use error::{ApiError, ErrorCause, Problem, RateLimited, RetryAfter};
 pub use middleware::{Edge, SecurityHeaders, observe, security_headers};
 
 /// Unknown paths: a problem under /api/, a plain 404 elsewhere.
@@ -29,12 +29,4 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
 /// A known API path with a method it does not take.
 pub async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
-}
-
-/// The OpenAPI 3 description of the API as served.
-pub async fn openapi() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        include_str!("openapi.json"),
-    )
 }

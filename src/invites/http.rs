@@ -6,15 +6,35 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
 
 use super::policy::Rejection;
-use super::{InvalidBody, InviteError, InviteService, Outcome, Submission, validate};
+use super::validate::{self, Invite};
+use super::{InvalidBody, InviteError, InviteService, Outcome, Submission};
 use crate::apps::AppCache;
-use crate::http::{ApiError, ApiKey, RateLimited, require_json};
+use crate::http::{ApiError, ApiKey, Problem, RateLimited, RetryAfter, require_json};
 
 /// Largest accepted body (DESIGN.md §4), enforced by `http::read_body`.
 pub const MAX_BODY: usize = 16 * 1024;
+/// Longest Idempotency-Key, in bytes.
+const IDEMPOTENCY_KEY_MAX: usize = 255;
+
+/// The answer to a recorded invite, the same whether it is queued, held or suppressed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Accepted {
+    /// The invite's id, as `POST /api/v1/events` names it.
+    pub id: Uuid,
+    #[schema(inline)]
+    pub status: AcceptedStatus,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AcceptedStatus {
+    Accepted,
+}
 
 /// What the handler needs.
 #[derive(Clone)]
@@ -23,6 +43,53 @@ pub struct InviteApi {
     pub apps: AppCache,
 }
 
+/// Send an invitation
+///
+/// Answers 200 only once the invite is recorded: queued for sending, held or suppressed alike.
+#[utoipa::path(
+    post,
+    path = "/api/v1/invites",
+    operation_id = "createInvite",
+    tag = "invites",
+    security(("apiKey" = [])),
+    params((
+        "Idempotency-Key" = Option<String>,
+        Header,
+        nullable = false,
+        min_length = 1,
+        max_length = 255,
+        description = "The same key with the same body returns the first answer and sends \
+            once; with another body it is a 422."
+    )),
+    request_body = Invite,
+    responses(
+        (status = 200, description = "Recorded.", body = Accepted),
+        (status = 400, description = "The body is not a JSON object, or the Idempotency-Key \
+            is not 1-255 visible characters.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No valid API key.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 16 KiB.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 422, description = "A field is invalid (`field` names it), `accept_url` is \
+            not on one of the app's link hosts, or the Idempotency-Key was used with another \
+            body.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "A reject rule is exceeded.", body = Problem,
+            content_type = "application/problem+json", headers(
+                ("Retry-After" = inline(RetryAfter), description = "Seconds until the rule \
+                    would allow the invite."),
+                ("RateLimit-Policy" = String, description = "The rule: \
+                    `\"name\";q=limit;w=window seconds`."),
+                ("RateLimit" = String, description = "What is left of it: \
+                    `\"name\";r=remaining;t=seconds until the window resets`."),
+            )),
+        (status = 503, description = "The invite could not be recorded; nothing was accepted.",
+            body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = inline(RetryAfter)))),
+    ),
+)]
 pub async fn create(
     State(api): State<InviteApi>,
     key: ApiKey,
@@ -35,7 +102,7 @@ pub async fn create(
         Some(v) => Some(
             v.to_str()
                 .ok()
-                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .filter(|k| !k.is_empty() && k.len() <= IDEMPOTENCY_KEY_MAX)
                 .ok_or_else(|| {
                     ApiError::BadRequest("Idempotency-Key must be 1-255 visible characters".into())
                 })?,
@@ -64,7 +131,10 @@ pub async fn create(
         // The same answer for sent, held and suppressed invites.
         Outcome::Accepted(id) => Ok((
             StatusCode::OK,
-            Json(json!({"id": id, "status": "accepted"})),
+            Json(Accepted {
+                id,
+                status: AcceptedStatus::Accepted,
+            }),
         )
             .into_response()),
         Outcome::Rejected(r) => Err(r.into()),
@@ -106,5 +176,19 @@ impl From<Rejection> for ApiError {
             retry_after_secs: r.retry_after_secs,
             reset_secs: r.reset_secs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_states_the_key_limit() {
+        let operation =
+            serde_json::to_value(<__path_create as utoipa::Path>::operation()).expect("operation");
+        let key = &operation["parameters"][0];
+        assert_eq!(key["name"], "Idempotency-Key");
+        assert_eq!(key["schema"]["maxLength"], IDEMPOTENCY_KEY_MAX);
     }
 }

@@ -5,8 +5,116 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 use url::Url;
+use utoipa::ToSchema;
+use utoipa::openapi::schema::{
+    AnyOfBuilder, KnownFormat, ObjectBuilder, Schema, SchemaFormat, Type,
+};
 
 use crate::apps::App;
+
+/// Longest `sender_id`, in characters.
+const SENDER_ID_MAX: usize = 128;
+/// Longest `recipient`, in bytes (RFC 5321's path limit less its angle brackets).
+const RECIPIENT_MAX: usize = 254;
+/// Longest `resource`, in characters.
+const RESOURCE_MAX: usize = 256;
+/// Longest `message`, in characters.
+const MESSAGE_MAX: usize = 2000;
+/// Longest `sender_name`, in characters.
+const SENDER_NAME_MAX: usize = 128;
+
+// The body as sent, before any check: what the API's description shows. The limits in its
+// `#[schema]` attributes must be literals there; `the_description_states_the_checks` holds
+// them to the constants above.
+/// An invitation to send. Every field is a string; `null` counts as absent and other fields are
+/// ignored.
+#[derive(Debug, ToSchema)]
+#[schema(examples(json!({
+    "sender_id": "u_123",
+    "recipient": "ana@example.com",
+    "sender_name": "Bo",
+    "resource": "doc_42",
+    "message": "Join my doc",
+    "sender_created_at": "2025-01-15T09:30:00Z"
+})))]
+pub struct Invite {
+    /// The sender's account in the calling app; no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+    )]
+    pub sender_id: String,
+    /// An email address whose domain has a dot; the local part ASCII, the domain a name (not an
+    /// IP address).
+    #[schema(
+        format = Email,
+        max_length = 254,
+        pattern = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+    )]
+    pub recipient: String,
+    #[schema(schema_with = ip_address)]
+    pub sender_ip: Option<String>,
+    /// What the sender invites to, in the calling app; single line.
+    #[schema(max_length = 256, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
+    pub resource: Option<String>,
+    /// The sender's own words. Line breaks and tabs allowed; no other control characters.
+    #[schema(
+        max_length = 2000,
+        pattern = r"^[^\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]*$"
+    )]
+    pub message: Option<String>,
+    /// The sender's name as the email shows it: a person's name, not a domain, URL or address;
+    /// single line.
+    #[schema(max_length = 128, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
+    pub sender_name: Option<String>,
+    /// When the account was created in the calling app (RFC 3339); a sender younger than
+    /// SENDGUARD_NEW_SENDER_DAYS is new. Without it, age counts from the first invite sendguard
+    /// saw.
+    #[schema(format = DateTime)]
+    pub sender_created_at: Option<String>,
+    /// The link the email carries: https (http only to a loopback host), on one of the app's
+    /// link hosts, without user or password, at most 2048 bytes. Without it, the app's link
+    /// template fills in the invite's id and resource, when the app has one.
+    #[schema(max_length = 2048)]
+    pub accept_url: Option<String>,
+}
+
+/// `sender_ip`'s schema: the derive has no type for "IPv4 or IPv6".
+fn ip_address() -> Schema {
+    let string = |format| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(format)))
+    };
+    AnyOfBuilder::new()
+        .item(string(KnownFormat::Ipv4))
+        .item(string(KnownFormat::Ipv6))
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some("The sender's address: IPv4 or IPv6."))
+        .into()
+}
+
+impl Invite {
+    /// The body's fields, each of the right type: a field that is not is named.
+    fn read(body: &[u8]) -> Result<Invite, InvalidBody> {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| InvalidBody::NotJson(e.to_string()))?;
+        let Value::Object(obj) = value else {
+            return Err(InvalidBody::NotAnObject);
+        };
+        Ok(Invite {
+            sender_id: required(&obj, "sender_id")?,
+            recipient: required(&obj, "recipient")?,
+            sender_ip: text(&obj, "sender_ip")?,
+            resource: text(&obj, "resource")?,
+            message: text(&obj, "message")?,
+            sender_name: text(&obj, "sender_name")?,
+            sender_created_at: text(&obj, "sender_created_at")?,
+            accept_url: text(&obj, "accept_url")?,
+        })
+    }
+}
 
 /// An invite that passed every check; `recipient` is normalised for counting and sending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,8 +210,14 @@ fn single_line(field: &'static str, value: &str, max: usize) -> Result<(), Inval
 /// address and its domain; whatever it accepts, lettre can send to.
 fn recipient(raw: &str) -> Result<(String, String), InvalidBody> {
     let invalid = || field_error("recipient", "is not a valid email address");
-    if raw.len() > 254 {
-        return Err(field_error("recipient", "must be at most 254 characters"));
+    let too_long = || {
+        field_error(
+            "recipient",
+            format!("must be at most {RECIPIENT_MAX} characters"),
+        )
+    };
+    if raw.len() > RECIPIENT_MAX {
+        return Err(too_long());
     }
     if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(invalid());
@@ -139,18 +253,18 @@ fn recipient(raw: &str) -> Result<(String, String), InvalidBody> {
     let local = local.to_ascii_lowercase();
     let address = lettre::Address::new(&local, &domain).map_err(|_| invalid())?;
     let address = address.to_string();
-    if address.len() > 254 {
-        return Err(field_error("recipient", "must be at most 254 characters"));
+    if address.len() > RECIPIENT_MAX {
+        return Err(too_long());
     }
     Ok((address, domain))
 }
 
+/// An optional single-line field; empty counts as absent.
 fn optional_line(
-    obj: &Map<String, Value>,
     field: &'static str,
+    value: Option<String>,
     max: usize,
 ) -> Result<Option<String>, InvalidBody> {
-    let value = text(obj, field)?;
     if let Some(v) = &value {
         single_line(field, v, max)?;
     }
@@ -158,21 +272,17 @@ fn optional_line(
 }
 
 pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| InvalidBody::NotJson(e.to_string()))?;
-    let Value::Object(obj) = value else {
-        return Err(InvalidBody::NotAnObject);
-    };
+    let invite = Invite::read(body)?;
 
-    let sender_id = required(&obj, "sender_id")?;
+    let sender_id = invite.sender_id;
     if sender_id.is_empty() {
         return Err(field_error("sender_id", "must not be empty"));
     }
-    single_line("sender_id", &sender_id, 128)?;
+    single_line("sender_id", &sender_id, SENDER_ID_MAX)?;
 
-    let (recipient, recipient_domain) = recipient(&required(&obj, "recipient")?)?;
+    let (recipient, recipient_domain) = recipient(&invite.recipient)?;
 
-    let sender_ip = match text(&obj, "sender_ip")? {
+    let sender_ip = match invite.sender_ip {
         None => None,
         Some(ip) => Some(
             IpAddr::from_str(&ip)
@@ -180,8 +290,8 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         ),
     };
 
-    let resource = optional_line(&obj, "resource", 256)?;
-    let sender_name = optional_line(&obj, "sender_name", 128)?;
+    let resource = optional_line("resource", invite.resource, RESOURCE_MAX)?;
+    let sender_name = optional_line("sender_name", invite.sender_name, SENDER_NAME_MAX)?;
     // The name goes into the Subject under the operator's domain: a name that reads as a
     // domain, a URL or an address ("paypal.com security") would lend it that authority.
     if sender_name
@@ -193,15 +303,18 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
             "must be a person's name, not a domain, URL or email address",
         ));
     }
-    let accept_url = match text(&obj, "accept_url")? {
+    let accept_url = match invite.accept_url {
         None => None,
         Some(raw) => Some(crate::urls::email_link(&raw).map_err(|e| field_error("accept_url", e))?),
     };
 
-    let message = text(&obj, "message")?;
+    let message = invite.message;
     if let Some(m) = &message {
-        if m.chars().count() > 2000 {
-            return Err(field_error("message", "must be at most 2000 characters"));
+        if m.chars().count() > MESSAGE_MAX {
+            return Err(field_error(
+                "message",
+                format!("must be at most {MESSAGE_MAX} characters"),
+            ));
         }
         if m.chars()
             .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t')
@@ -222,7 +335,7 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         .map(|m| m.replace("\r\n", "\n").replace('\r', "\n"))
         .filter(|m| !m.trim().is_empty());
 
-    let sender_created_at = match text(&obj, "sender_created_at")? {
+    let sender_created_at = match invite.sender_created_at {
         None => None,
         Some(at) => Some(
             chrono::DateTime::parse_from_rfc3339(&at)
@@ -393,6 +506,66 @@ mod tests {
                     proptest::prop_assert!(built.is_ok(), "{}", v.recipient);
                 }
             }
+        }
+    }
+
+    /// The characters `char::is_control` refuses, less `allowed`, as a regex class body.
+    fn control_class(allowed: &[char]) -> String {
+        let refused: Vec<u32> = (0..=0x10FFFF)
+            .filter_map(char::from_u32)
+            .filter(|c| c.is_control() && !allowed.contains(c))
+            .map(u32::from)
+            .collect();
+        let mut class = String::new();
+        let mut run = 0;
+        while run < refused.len() {
+            let first = refused[run];
+            let mut last = first;
+            while refused.get(run + 1) == Some(&(last + 1)) {
+                last += 1;
+                run += 1;
+            }
+            class += &format!("\\u{first:04x}");
+            if last > first {
+                class += &format!("-\\u{last:04x}");
+            }
+            run += 1;
+        }
+        class
+    }
+
+    #[test]
+    fn the_description_states_the_checks() {
+        use utoipa::PartialSchema;
+        let schema = serde_json::to_value(Invite::schema()).expect("schema");
+        let property = |field: &str| &schema["properties"][field];
+        for (field, max) in [
+            ("sender_id", SENDER_ID_MAX),
+            ("recipient", RECIPIENT_MAX),
+            ("resource", RESOURCE_MAX),
+            ("message", MESSAGE_MAX),
+            ("sender_name", SENDER_NAME_MAX),
+            ("accept_url", crate::urls::MAX_LINK),
+        ] {
+            assert_eq!(property(field)["maxLength"], max, "{field}");
+        }
+        assert_eq!(property("sender_id")["minLength"], 1);
+        assert_eq!(
+            schema["required"],
+            serde_json::json!(["sender_id", "recipient"])
+        );
+        let single_line = format!("^[^{}]*$", control_class(&[]));
+        for field in ["sender_id", "resource", "sender_name"] {
+            assert_eq!(property(field)["pattern"], single_line, "{field}");
+        }
+        let message = format!("^[^{}]*$", control_class(&['\n', '\r', '\t']));
+        assert_eq!(property("message")["pattern"], message);
+        // Each field the description shows is one `Invite::read` takes under that name.
+        let shown = schema["properties"].as_object().expect("properties");
+        for field in shown.keys() {
+            let mut body = serde_json::json!({"sender_id": "u", "recipient": "a@b.co"});
+            body[field] = serde_json::json!(7);
+            assert_eq!(field_of(&body.to_string()), Some(field.as_str()), "{field}");
         }
     }
 

@@ -5,11 +5,13 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{OutcomeError, OutcomeType, Outcomes};
-use crate::http::{ApiError, ApiKey, require_json};
+use crate::http::{ApiError, ApiKey, Problem, RetryAfter, require_json};
 
 /// What the handler needs.
 #[derive(Clone)]
@@ -17,6 +19,61 @@ pub struct Events {
     pub outcomes: Outcomes,
 }
 
+/// What happened to an invite.
+#[derive(Debug, ToSchema)]
+pub struct Event {
+    /// The id the invite's 200 answer carried.
+    pub invite_id: Uuid,
+    #[schema(rename = "type", inline)]
+    pub kind: OutcomeType,
+}
+
+// Named `Recorded` in the description, as it always was; `super::Recorded` is the domain's.
+/// The answer to an event, the same whether it was new or a repeat: it is counted once either
+/// way.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Recorded)]
+pub struct Receipt {
+    #[schema(inline)]
+    pub status: ReceiptStatus,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiptStatus {
+    Recorded,
+}
+
+/// Report what happened to an invite
+///
+/// A bounce, a complaint or an acceptance, counted once per invite and type however often it is
+/// posted, against the invite's sender at the time it arrives.
+#[utoipa::path(
+    post,
+    path = "/api/v1/events",
+    operation_id = "recordEvent",
+    tag = "events",
+    security(("apiKey" = [])),
+    request_body = Event,
+    responses(
+        (status = 202, description = "Recorded (or recorded before).", body = Receipt),
+        (status = 400, description = "The body is not a JSON object.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = "No valid API key.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "No invite of the key's app has this id.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 16 KiB.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 422, description = "A field is invalid; `field` names it.", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 503, description = "The event could not be recorded; retry later.",
+            body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = inline(RetryAfter)))),
+    ),
+)]
 pub async fn record(
     State(events): State<Events>,
     key: ApiKey,
@@ -24,16 +81,18 @@ pub async fn record(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
-    let (invite_id, kind) = parse(&body)?;
+    let event = parse(&body)?;
     events
         .outcomes
-        .record(invite_id, kind, Some(key.app_id))
+        .record(event.invite_id, event.kind, Some(key.app_id))
         .await?;
-    // The same answer whether this outcome was new or a repeat: it is counted once either way.
-    Ok((StatusCode::ACCEPTED, Json(json!({"status": "recorded"}))).into_response())
+    let receipt = Receipt {
+        status: ReceiptStatus::Recorded,
+    };
+    Ok((StatusCode::ACCEPTED, Json(receipt)).into_response())
 }
 
-fn parse(body: &[u8]) -> Result<(Uuid, OutcomeType), ApiError> {
+fn parse(body: &[u8]) -> Result<Event, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
     let Value::Object(obj) = value else {
@@ -57,7 +116,7 @@ fn parse(body: &[u8]) -> Result<(Uuid, OutcomeType), ApiError> {
         .ok_or_else(|| invalid("type", "is required: bounce, complaint or accepted"))?
         .parse::<OutcomeType>()
         .map_err(|_| invalid("type", "must be bounce, complaint or accepted"))?;
-    Ok((invite_id, kind))
+    Ok(Event { invite_id, kind })
 }
 
 impl From<OutcomeError> for ApiError {
@@ -69,5 +128,26 @@ impl From<OutcomeError> for ApiError {
                 cause: Some(e.to_string()),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_names_every_outcome_type() {
+        use utoipa::PartialSchema;
+        let schema = serde_json::to_value(Event::schema()).expect("schema");
+        let names: Vec<&str> = OutcomeType::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(
+            schema["properties"]["type"]["enum"],
+            serde_json::json!(names)
+        );
+        assert_eq!(schema["required"], serde_json::json!(["invite_id", "type"]));
+        let event =
+            parse(br#"{"invite_id":"67e55044-10b1-426f-9247-bb680e5fe0c8","type":"bounce"}"#)
+                .expect("event");
+        assert_eq!(event.kind, OutcomeType::Bounce);
     }
 }

@@ -9,6 +9,7 @@ pub mod http;
 use std::str::FromStr;
 
 use sqlx::PgPool;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
@@ -17,7 +18,8 @@ use crate::rules::{Action, RuleCache, Signal, Subjects};
 use crate::sender::SenderKey;
 
 /// A kind of outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum OutcomeType {
     Bounce,
     Complaint,

@@ -183,7 +183,7 @@ fn the_openapi_description_is_served_and_lists_every_route() {
             .await
             .expect("json")
     });
-    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(doc["openapi"], "3.1.0");
     for path in [
         "/api/v1/invites",
         "/api/v1/events",
