@@ -53,7 +53,7 @@ impl Retention {
         })
     }
 
-    async fn drain(&self, sql: &str, table: &str) -> Result<u64, sqlx::Error> {
+    async fn drain(&self, sql: &str, table: &'static str) -> Result<u64, sqlx::Error> {
         let mut removed = 0;
         // Bounded: a table gaining rows faster than this removes them waits for the next sweep.
         for _ in 0..100_000 {
@@ -64,8 +64,7 @@ impl Retention {
                 .await?
                 .rows_affected();
             removed += n;
-            self.metrics
-                .add("sendguard_retention_removed_total", &[("table", table)], n);
+            self.metrics.retention_removed(table, n);
             if n < self.batch as u64 {
                 break;
             }
