@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use sqlx::PgPool;
 use tokio::sync::Mutex;
 
@@ -33,6 +33,7 @@ struct Read {
 /// How long gauges read from Postgres are served before they are read again.
 const GAUGES_FOR: Duration = Duration::from_secs(5);
 
+/// Name, help text (without its final period, which the encoder adds) and value.
 type Gauge = (&'static str, &'static str, f64);
 
 impl Ops {
@@ -70,17 +71,17 @@ impl Ops {
         let gauges = vec![
             (
                 "sendguard_outbox_queue_depth",
-                "Invites waiting to be sent.",
+                "Invites waiting to be sent",
                 depth as f64,
             ),
             (
                 "sendguard_outbox_oldest_seconds",
-                "Age of the oldest invite waiting to be sent.",
+                "Age of the oldest invite waiting to be sent",
                 oldest,
             ),
             (
                 "sendguard_senders_awaiting_review",
-                "Shadow-banned senders waiting for a decision.",
+                "Shadow-banned senders waiting for a decision",
                 awaiting as f64,
             ),
         ];
@@ -135,12 +136,18 @@ pub async fn readyz(State(ops): State<Ops>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus text: the process's counters and histograms, and gauges read from Postgres at
+/// OpenMetrics text: the process's counters and histograms, and gauges read from Postgres at
 /// most every few seconds (left out while it does not answer).
-pub async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
+pub async fn metrics(State(ops): State<Ops>) -> Response {
     let gauges = ops.gauges().await;
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        ops.metrics.render(&gauges),
-    )
+    match ops.metrics.render(&gauges) {
+        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics could not be written");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }
+
+/// Prometheus picks its parser by the answer's type: OpenMetrics, whose text ends in `# EOF`.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

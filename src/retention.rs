@@ -131,18 +131,14 @@ impl Retention {
                 .await?;
             tx.commit().await?;
             let gone = (all as u64).saturating_sub(kept);
-            self.metrics.add(
-                "sendguard_retention_removed_total",
-                &[("table", "invites")],
-                gone,
-            );
+            self.metrics.retention_removed("invites", gone);
             tracing::info!(week, removed = gone, kept, "dropped a week of invites");
             removed += gone;
         }
         Ok((weeks.len() as u64, removed))
     }
 
-    async fn drain(&self, sql: &str, table: &str) -> Result<u64, sqlx::Error> {
+    async fn drain(&self, sql: &str, table: &'static str) -> Result<u64, sqlx::Error> {
         let mut removed = 0;
         // Bounded: a table gaining rows faster than this removes them waits for the next sweep.
         for _ in 0..100_000 {
@@ -153,8 +149,7 @@ impl Retention {
                 .await?
                 .rows_affected();
             removed += n;
-            self.metrics
-                .add("sendguard_retention_removed_total", &[("table", table)], n);
+            self.metrics.retention_removed(table, n);
             if n < self.batch as u64 {
                 break;
             }

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use super::{ApiError, ErrorCause};
-use crate::metrics::Metrics;
+use crate::metrics::{DependencyError, Metrics, Route};
 
 /// The middleware's state for one group of routes.
 #[derive(Clone)]
@@ -39,15 +39,10 @@ pub async fn observe(State(edge): State<Edge>, request: Request, next: Next) -> 
     let started = Instant::now();
     // Beyond the bound, shed load at once rather than queue without end.
     let Ok(_permit) = edge.in_flight.clone().try_acquire_owned() else {
-        edge.metrics
-            .count("sendguard_dependency_errors_total", &[("kind", "overload")]);
+        edge.metrics.dependency_error(DependencyError::Overload);
         return ApiError::unavailable("too many requests in flight; retry shortly").into_response();
     };
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
+    let route = Route::of(&request);
     let id = request
         .headers()
         .get("x-request-id")
@@ -59,7 +54,12 @@ pub async fn observe(State(edge): State<Edge>, request: Request, next: Next) -> 
         })
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let span = tracing::info_span!("request", id = %id, method = %request.method(), route = %route);
+    let span = tracing::info_span!(
+        "request",
+        id = %id,
+        method = %request.method(),
+        route = route.as_str()
+    );
     let mut response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
     if let Some(cause) = response.extensions_mut().remove::<ErrorCause>() {
         let _entered = span.enter();
@@ -70,11 +70,8 @@ pub async fn observe(State(edge): State<Edge>, request: Request, next: Next) -> 
             tracing::debug!(status, error = %cause.message, "request failed");
         }
     }
-    edge.metrics.observe(
-        "sendguard_http_request_seconds",
-        &[("route", &route), ("status", response.status().as_str())],
-        started.elapsed(),
-    );
+    edge.metrics
+        .http_request(route, response.status(), started.elapsed());
     if let Ok(v) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", v);
     }

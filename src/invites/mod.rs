@@ -24,7 +24,7 @@ use crate::batch::BatchError;
 use crate::config::RedisPolicy;
 use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
-use crate::metrics::Metrics;
+use crate::metrics::{DependencyError, Metrics};
 use crate::moderation::{self, SenderState, SenderStates, Standing};
 use crate::rules::{RuleCache, Scope, Signal, Subjects};
 use crate::sender::SenderKey;
@@ -217,10 +217,8 @@ impl InviteService {
             Ok(Written::Skipped) => {}
             Ok(_) => {
                 self.postgres.recovered();
-                self.metrics
-                    .observe("sendguard_postgres_seconds", &[], started.elapsed());
-                self.metrics
-                    .count("sendguard_invites_total", &[("status", status.as_str())]);
+                self.metrics.postgres_latency(started.elapsed());
+                self.metrics.invites(status.as_str(), 1);
                 if flagged {
                     // Every instance hears of the new state from the trigger; this one at once.
                     self.senders.forget(&sender);
@@ -228,8 +226,7 @@ impl InviteService {
             }
             Err(e) => {
                 self.postgres.failed(e);
-                self.metrics
-                    .count("sendguard_dependency_errors_total", &[("kind", "postgres")]);
+                self.metrics.dependency_error(DependencyError::Postgres);
             }
         }
         written
@@ -374,8 +371,7 @@ impl InviteService {
         let mut remote = match self.limiter.check_batch(&checks, at_ms).await {
             Ok(d) => d.into_iter(),
             Err(e) => {
-                self.metrics
-                    .count("sendguard_dependency_errors_total", &[("kind", "redis")]);
+                self.metrics.dependency_error(DependencyError::Redis);
                 return Err(e.into());
             }
         };
@@ -394,19 +390,11 @@ impl InviteService {
             }
             decisions.push(decision);
         }
-        self.metrics
-            .observe("sendguard_redis_seconds", &[], started.elapsed());
+        self.metrics.redis_latency(started.elapsed());
         self.redis.recovered();
         for (rule, d) in rules.iter().zip(&decisions) {
-            let outcome = if d.allowed { "ok" } else { "exceeded" };
-            self.metrics.count(
-                "sendguard_decisions_total",
-                &[
-                    ("rule", rule.name.as_str()),
-                    ("action", rule.action.as_str()),
-                    ("outcome", outcome),
-                ],
-            );
+            self.metrics
+                .decision(&rule.name, rule.action.as_str(), d.allowed);
         }
         Ok(rules
             .into_iter()

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::apps::AppCache;
 use crate::incident::Incident;
-use crate::metrics::Metrics;
+use crate::metrics::{DependencyError, Metrics};
 use crate::outcomes::{OutcomeType, Outcomes};
 use crate::recipients::{LinkKey, Purpose};
 use render::{Content, Envelope};
@@ -227,7 +227,7 @@ impl Outbox {
                     Ok(message) => {
                         let started = std::time::Instant::now();
                         let sent = transport.send(message).await;
-                        metrics.observe("sendguard_smtp_seconds", &[], started.elapsed());
+                        metrics.smtp_latency(started.elapsed());
                         sent
                     }
                     Err(e) => Err(e),
@@ -250,11 +250,7 @@ impl Outbox {
         // lease (at-least-once; the Message-ID stays the same).
         if !sent.is_empty() {
             self.smtp.recovered();
-            self.metrics.add(
-                "sendguard_invites_total",
-                &[("status", "sent")],
-                sent.len() as u64,
-            );
+            self.metrics.invites("sent", sent.len() as u64);
             sqlx::query(
                 "UPDATE invites SET status = 'sent', sent_at = now(), attempts = attempts + 1,
                      last_error = NULL, next_attempt_at = NULL,
@@ -316,11 +312,7 @@ impl Outbox {
         .bind(&self.worker_id)
         .execute(&self.pool)
         .await?;
-        self.metrics.add(
-            "sendguard_invites_total",
-            &[("status", "suppressed")],
-            ids.len() as u64,
-        );
+        self.metrics.invites("suppressed", ids.len() as u64);
         Ok(())
     }
 
@@ -329,12 +321,10 @@ impl Outbox {
         let attempts = invite.attempts + 1;
         let give_up = e.is_permanent() || attempts >= self.settings.max_attempts;
         let delay = backoff(self.settings.retry_base, attempts);
-        self.metrics.count("sendguard_smtp_failures_total", &[]);
-        self.metrics
-            .count("sendguard_dependency_errors_total", &[("kind", "smtp")]);
+        self.metrics.smtp_failure();
+        self.metrics.dependency_error(DependencyError::Smtp);
         if give_up {
-            self.metrics
-                .count("sendguard_invites_total", &[("status", "failed")]);
+            self.metrics.invites("failed", 1);
         }
         if !e.is_permanent() {
             self.smtp.failed(&e);

@@ -268,7 +268,7 @@ async fn metrics_are_not_on_the_public_port() {
     assert_eq!(private.status(), StatusCode::OK);
     let text = private.text().await.expect("text");
     assert!(
-        text.contains("# TYPE sendguard_invites_total counter"),
+        text.contains("# TYPE sendguard_smtp_failures counter\n"),
         "{text}"
     );
 }

@@ -57,14 +57,18 @@ async fn metrics_follow_a_scripted_scenario() {
     })
     .await;
 
-    let text = http
+    let resp = http
         .get(format!("http://{}/metrics", app.metrics_addr))
         .send()
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+        .expect("metrics");
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let text = resp.text().await.expect("text");
+    assert!(text.ends_with("\n# EOF\n"), "one closing line in\n{text}");
+    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
     let expect = |name: &str, value: f64| {
         assert_eq!(series(&text, name), Some(value), "{name} in\n{text}");
     };
