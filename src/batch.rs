@@ -1,16 +1,18 @@
-//! Natural batching for the database: requests that arrive while a batch is being served wait,
-//! and go together in the next one (up to a bound). At a low rate a request finds the task idle
-//! and is served at once, alone; under load each round trip serves everyone who came during
-//! the last one, so the batch follows the load without a timer.
+//! Natural batching for the database: requests that arrive while the batches in hand are being
+//! served wait, and go together in the next one (up to a bound). A few batches are served at
+//! once, so that one batch's commit (a WAL flush) overlaps the next batch's statements, as
+//! concurrent transactions would. At a low rate a request finds a server idle and is served at
+//! once, alone; under load each round trip serves everyone who came during the last one, so the
+//! batch follows the load without a timer.
 //!
-//! The task ends when the last handle is dropped, after the requests that hold one are
-//! answered; it is not stopped by the instance's stop signal, because requests still in flight
-//! during a graceful shutdown must still be served.
+//! The tasks end when the last handle is dropped, after the requests that hold one are
+//! answered; they are not stopped by the instance's stop signal, because requests still in
+//! flight during a graceful shutdown must still be served.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// A batch that failed: the error, shared by every request of the batch.
 pub type BatchError = Arc<sqlx::Error>;
@@ -31,42 +33,30 @@ impl<T, R> Clone for Batcher<T, R> {
 }
 
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
-    /// Starts the task: `serve` gets up to `max` requests in arrival order and answers each,
-    /// in the same order, or fails them all.
-    pub fn start<F, Fut>(max: usize, mut serve: F) -> Self
+    /// Starts `servers` tasks: each takes up to `max` waiting requests in arrival order and
+    /// `serve` answers each, in the same order, or fails them all.
+    pub fn start<F, Fut>(max: usize, servers: usize, serve: F) -> Self
     where
-        F: FnMut(Vec<T>) -> Fut + Send + 'static,
+        F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send,
     {
-        let (requests, mut queue) = mpsc::channel::<(T, Answer<R>)>(max * 4);
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(max);
-            while queue.recv_many(&mut batch, max).await > 0 {
-                let (items, answers): (Vec<T>, Vec<Answer<R>>) = batch.drain(..).unzip();
-                let expected = answers.len();
-                let served = match serve(items).await {
-                    Ok(all) if all.len() == expected => Ok(all),
-                    Ok(all) => Err(Arc::new(sqlx::Error::Protocol(format!(
-                        "a batch of {expected} was answered {} times",
-                        all.len()
-                    )))),
-                    Err(e) => Err(Arc::new(e)),
-                };
-                // A request that stopped waiting has nothing to answer.
-                match served {
-                    Ok(all) => {
-                        for (answer, result) in answers.into_iter().zip(all) {
-                            let _ = answer.send(Ok(result));
-                        }
+        let (requests, queue) = mpsc::channel::<(T, Answer<R>)>(max * 4);
+        let queue = Arc::new(Mutex::new(queue));
+        let serve = Arc::new(serve);
+        for _ in 0..servers.max(1) {
+            let (queue, serve) = (queue.clone(), serve.clone());
+            tokio::spawn(async move {
+                let mut batch = Vec::with_capacity(max);
+                loop {
+                    // One server waits for requests at a time; the others are serving.
+                    if queue.lock().await.recv_many(&mut batch, max).await == 0 {
+                        return;
                     }
-                    Err(e) => {
-                        for answer in answers {
-                            let _ = answer.send(Err(e.clone()));
-                        }
-                    }
+                    let (items, answers): (Vec<T>, Vec<Answer<R>>) = batch.drain(..).unzip();
+                    answer_all(answers, serve(items).await);
                 }
-            }
-        });
+            });
+        }
         Batcher { requests }
     }
 
@@ -79,5 +69,31 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
             .await
             .map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?
+    }
+}
+
+/// Sends each request its answer, or every request the batch's error. A request that stopped
+/// waiting has nothing to answer.
+fn answer_all<R>(answers: Vec<Answer<R>>, served: Result<Vec<R>, sqlx::Error>) {
+    let expected = answers.len();
+    let served = match served {
+        Ok(all) if all.len() == expected => Ok(all),
+        Ok(all) => Err(Arc::new(sqlx::Error::Protocol(format!(
+            "a batch of {expected} was answered {} times",
+            all.len()
+        )))),
+        Err(e) => Err(Arc::new(e)),
+    };
+    match served {
+        Ok(all) => {
+            for (answer, result) in answers.into_iter().zip(all) {
+                let _ = answer.send(Ok(result));
+            }
+        }
+        Err(e) => {
+            for answer in answers {
+                let _ = answer.send(Err(e.clone()));
+            }
+        }
     }
 }

@@ -182,6 +182,24 @@ pub async fn insert_queued(
     .await
 }
 
+/// Locks the rows of these senders (those that exist), in the order given.
+pub async fn lock_senders(
+    conn: &mut PgConnection,
+    senders: &[&SenderKey],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT 1 FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
+             LATERAL (SELECT 1 FROM senders WHERE app_id = k.app_id AND id = k.id
+                      FOR UPDATE) s
+         ORDER BY k.n",
+    )
+    .bind(senders.iter().map(|s| s.app_id).collect::<Vec<_>>())
+    .bind(senders.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
 /// The invite insert (`$1`-`$11` as [`bind`] binds them, `$12` its app, `$13` its link) of a
 /// flagging invite, in the flag's transaction, after its key is claimed.
 const INSERT: &str = "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient,

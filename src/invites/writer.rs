@@ -11,9 +11,13 @@ use super::policy::Breach;
 use super::store::{self, Assumed, NewInvite, Written};
 use crate::batch::{BatchError, Batcher};
 use crate::moderation::SenderState;
+use crate::sender::SenderKey;
 
 /// The most invites one transaction writes.
 pub const MAX_BATCH: usize = 256;
+
+/// Batches written at once: enough for one batch's commit to overlap the next one's statements.
+pub const WRITERS: usize = 4;
 
 /// How an invite is written.
 pub enum Write {
@@ -42,7 +46,7 @@ pub struct Writer(Batcher<Job, Written>);
 impl Writer {
     /// Starts the writing task on `pool`.
     pub fn start(pool: PgPool) -> Writer {
-        Writer(Batcher::start(MAX_BATCH, move |batch| {
+        Writer(Batcher::start(MAX_BATCH, WRITERS, move |batch| {
             let pool = pool.clone();
             async move { commit(&pool, &batch).await }
         }))
@@ -82,6 +86,15 @@ async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<Written>, sqlx::Erro
         }
     }
     let mut tx = pool.begin().await?;
+    if queued.len() < batch.len() {
+        // Held and flagging invites lock their senders one by one, after the queued ones: the
+        // senders of the whole batch are locked first, in key order, so that two instances'
+        // batches never wait on each other in a circle.
+        let mut senders: Vec<&SenderKey> = batch.iter().map(|job| &job.new.sender).collect();
+        senders.sort();
+        senders.dedup();
+        store::lock_senders(&mut tx, &senders).await?;
+    }
     let written_ids = queued_ids(&mut tx, &queued).await?;
     let mut written = Vec::with_capacity(batch.len());
     for job in batch {

@@ -127,13 +127,13 @@ pub struct OutboxSettings {
 /// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`.
 pub const CLAIM: &str =
     "UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
-             WHERE id IN (
+             WHERE id = ANY(ARRAY(
                  SELECT id FROM invites
                  WHERE status = 'queued' AND next_attempt_at <= now()
                    AND (claimed_until IS NULL OR claimed_until < now())
                  ORDER BY next_attempt_at
                  LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
+                 FOR UPDATE SKIP LOCKED))
              RETURNING id, app_id, recipient, resource, message, sender_name, accept_url,
                  attempts,
                  EXISTS (SELECT 1 FROM suppressions s

@@ -86,8 +86,9 @@ impl StandingRow {
     }
 }
 
-/// The most senders one read asks for.
+/// The most senders one read asks for, and the reads made at once.
 const MAX_READ: usize = 256;
+const READERS: usize = 2;
 
 /// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
 /// `senders` table per sender and minute instead of one per invite. A change is announced by
@@ -103,7 +104,7 @@ impl SenderStates {
     pub fn new(pool: PgPool) -> Self {
         SenderStates {
             cache: TtlCache::new(Duration::from_secs(60), 200_000),
-            reads: Batcher::start(MAX_READ, move |senders| {
+            reads: Batcher::start(MAX_READ, READERS, move |senders| {
                 let pool = pool.clone();
                 async move { stored_standings(&pool, &senders).await }
             }),
@@ -156,10 +157,12 @@ async fn stored_standings(
         row: StandingRow,
     }
     let found: Vec<Found> = sqlx::query_as(
+        // LATERAL: one primary-key probe per sender, however many are asked for (a join would
+        // read the whole table once the batch looks large next to it).
         "SELECT k.n, s.state, s.version, COALESCE(s.created_in_app_at, s.first_seen_at) AS since,
              s.accepted, s.linked_to
-         FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n)
-         JOIN senders s ON s.app_id = k.app_id AND s.id = k.id",
+         FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
+             LATERAL (SELECT * FROM senders WHERE app_id = k.app_id AND id = k.id) s",
     )
     .bind(senders.iter().map(|s| s.app_id).collect::<Vec<_>>())
     .bind(senders.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())

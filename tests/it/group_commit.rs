@@ -12,6 +12,7 @@ use tokio::sync::Mutex;
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, admin, api_key, wait_for};
+use sendguard::invites::writer::WRITERS;
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
@@ -103,33 +104,38 @@ async fn a_batch_whose_commit_fails_answers_503_to_each_member_and_keeps_none() 
     let stage = Stage::start("groupfail", &[POISON, POISON_TRIGGER]).await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let db = stage.db.name.clone();
-    api.accepted("blocker", "first@example.com").await;
+    let blockers: Vec<String> = (0..WRITERS).map(|n| format!("blocker{n}")).collect();
+    for blocker in &blockers {
+        api.accepted(blocker, "first@example.com").await;
+    }
 
-    // The writer is held up on the blocker's row, so the next invites queue behind it and
-    // share the batch after it.
+    // Every writer is held up on a blocker's row, so the next invites queue behind them and
+    // share the batch after them. One blocker at a time, so each is a batch of its own.
     let mut lock = stage.pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM senders WHERE id = 'blocker' FOR UPDATE")
-        .execute(&mut *lock)
-        .await
-        .expect("lock the sender");
-    let blocked = {
+    let mut blocked = Vec::new();
+    for (n, blocker) in blockers.iter().enumerate() {
+        sqlx::query("SELECT 1 FROM senders WHERE id = $1 FOR UPDATE")
+            .bind(blocker)
+            .execute(&mut *lock)
+            .await
+            .expect("lock the sender");
         let api = api.clone();
-        tokio::spawn(async move {
-            api.send(json!({"sender_id": "blocker", "recipient": "second@example.com"}))
-                .await
+        let body = json!({"sender_id": blocker, "recipient": "second@example.com"});
+        blocked.push(tokio::spawn(async move { api.send(body).await }));
+        let waiting = wait_for(Duration::from_secs(10), || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND wait_event_type = 'Lock'",
+            )
+            .bind(&db)
+            .fetch_one(&mut admin().await)
+            .await
+            .expect("pg_stat_activity")
+                == n as i64 + 1
         })
-    };
-    let waiting = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-        )
-        .bind(&db)
-        .fetch_one(&mut admin().await)
-        .await
-        .expect("pg_stat_activity")
-    })
-    .await;
-    assert!(waiting, "the writer waits for the locked sender");
+        .await;
+        assert!(waiting, "writer {n} waits for its locked sender");
+    }
     let recipients: Vec<String> = std::iter::once("poison@example.com".to_owned())
         .chain((0..20).map(|n| format!("good{n}@example.com")))
         .collect();
@@ -146,8 +152,10 @@ async fn a_batch_whose_commit_fails_answers_503_to_each_member_and_keeps_none() 
     tokio::time::sleep(Duration::from_millis(1000)).await;
     lock.rollback().await.expect("release");
 
-    let (status, _) = blocked.await.expect("blocked invite");
-    assert_eq!(status, StatusCode::OK, "the batch before is unaffected");
+    for answer in blocked {
+        let (status, _) = answer.await.expect("blocked invite");
+        assert_eq!(status, StatusCode::OK, "the batches before are unaffected");
+    }
     let mut refused = HashSet::new();
     let mut accepted = HashSet::new();
     for (recipient, answer) in recipients.iter().zip(batch) {
