@@ -122,9 +122,16 @@ pgsql -c "DROP TABLE ceiling"
 
 # 2. Saturation, then 3. a fixed 1,000 requests/s.
 before=$(pgsql -c "SELECT count(*) FROM invites")
+# Script calls Redis served (EVALSHA and EVAL), for the calls per invite.
+script_calls() {
+  redis-cli -u "$redis_url" info commandstats | tr -d '\r' |
+    awk -F'[=,:]' '/^cmdstat_(evalsha|eval):/ {n += $3} END {print n + 0}'
+}
+calls_before=$(script_calls)
 export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
 sat_out=$(measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 after=$(pgsql -c "SELECT count(*) FROM invites")
+calls_after=$(script_calls)
 paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
 stop_serve
@@ -169,6 +176,8 @@ sat_cpu=$(grep '^CPU' <<<"$sat_out")
 echo
 echo "invites recorded: $invites ($((after - before)) in the saturation phase), senders: $senders"
 echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
+awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
+  'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
 echo "redis bytes per active sender (all counter keys: sender, IP, recipient, global; 1 in 50 sampled): $((redis_bytes / (sampled > 0 ? sampled : 1) * keys / (senders > 0 ? senders : 1)))"
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \

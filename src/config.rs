@@ -134,6 +134,11 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_HELD_CAP", default_value_t = 1000)]
     pub held_cap: i64,
 
+    /// Batches of invites written at once (group commit): fewer make larger batches and less
+    /// Postgres work per invite, more overlap one batch's commit with the next.
+    #[arg(long, env = "SENDGUARD_DB_WRITERS", default_value_t = 1)]
+    pub db_writers: usize,
+
     /// Delivery attempts before an invite is marked failed.
     #[arg(long, env = "SENDGUARD_MAIL_MAX_ATTEMPTS", default_value_t = 8)]
     pub mail_max_attempts: i32,

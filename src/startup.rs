@@ -125,7 +125,7 @@ impl Services {
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
-            writer: Writer::start(pool.clone()),
+            writer: Writer::start(pool.clone(), cfg.db_writers),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),

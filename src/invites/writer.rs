@@ -16,9 +16,6 @@ use crate::sender::SenderKey;
 /// The most invites one transaction writes.
 pub const MAX_BATCH: usize = 256;
 
-/// Batches written at once: enough for one batch's commit to overlap the next one's statements.
-pub const WRITERS: usize = 4;
-
 /// How an invite is written.
 pub enum Write {
     /// No breach, nothing to hold: in the batch's multi-row statement.
@@ -44,9 +41,9 @@ struct Job {
 pub struct Writer(Batcher<Job, Written>);
 
 impl Writer {
-    /// Starts the writing task on `pool`.
-    pub fn start(pool: PgPool) -> Writer {
-        Writer(Batcher::start(MAX_BATCH, WRITERS, move |batch| {
+    /// Starts `writers` writing tasks on `pool` (`SENDGUARD_DB_WRITERS`).
+    pub fn start(pool: PgPool, writers: usize) -> Writer {
+        Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
             let pool = pool.clone();
             async move { commit(&pool, &batch).await }
         }))

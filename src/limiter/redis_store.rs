@@ -37,9 +37,9 @@ impl RedisSettings {
     }
 }
 
-/// The one script: each algorithm as a local function (`prelude.lua`, its fast path if it has
-/// one, `helpers.lua`, its body), between the clock (`decide_head.lua`) and the dispatcher
-/// (`decide_tail.lua`).
+/// The one script: each algorithm as a function (`prelude.lua`, its fast path if it has one,
+/// `helpers.lua`, its body) made by `algorithm(code)`, between the clock (`decide_head.lua`) and
+/// the dispatcher (`decide_tail.lua`).
 struct Script {
     source: String,
     sha: String,
@@ -49,24 +49,30 @@ impl Script {
     fn new() -> Script {
         let algorithms = [
             (
-                "hash_counters",
+                "h",
                 include_str!("lua/hash_counters_fast.lua"),
                 include_str!("lua/hash_counters.lua"),
             ),
-            ("fixed_window", "", include_str!("lua/fixed_window.lua")),
-            ("sliding_window", "", include_str!("lua/sliding_window.lua")),
-            ("token_bucket", "", include_str!("lua/token_bucket.lua")),
-            ("sliding_log", "", include_str!("lua/sliding_log.lua")),
-            ("distinct", "", include_str!("lua/distinct.lua")),
+            ("f", "", include_str!("lua/fixed_window.lua")),
+            ("s", "", include_str!("lua/sliding_window.lua")),
+            ("t", "", include_str!("lua/token_bucket.lua")),
+            ("l", "", include_str!("lua/sliding_log.lua")),
+            ("d", "", include_str!("lua/distinct.lua")),
         ];
+        // Creating a function costs an allocation each time the script runs past its
+        // definition, so each algorithm's function is made only when a rule asks for it.
         let mut source = String::from(include_str!("lua/decide_head.lua"));
-        for (name, fast, body) in algorithms {
+        source.push_str(
+            "local made = {}\nlocal function algorithm(code)\n  local f = made[code]\n  if f then\n    return f\n  end\n",
+        );
+        for (code, fast, body) in algorithms {
             source.push_str(&format!(
-                "local function {name}(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n",
+                "  if code == '{code}' then\n    f = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n  end\n",
                 include_str!("lua/prelude.lua"),
                 include_str!("lua/helpers.lua"),
             ));
         }
+        source.push_str("  made[code] = f\n  return f\nend\n");
         source.push_str(include_str!("lua/decide_tail.lua"));
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Script { source, sha }

@@ -86,9 +86,10 @@ impl StandingRow {
     }
 }
 
-/// The most senders one read asks for, and the reads made at once.
+/// The most senders one read asks for. One read at a time: while it runs, the next batch
+/// gathers (a read is one primary-key probe per sender, so it is short).
 const MAX_READ: usize = 256;
-const READERS: usize = 2;
+const READERS: usize = 1;
 
 /// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
 /// `senders` table per sender and minute instead of one per invite. A change is announced by
@@ -157,12 +158,13 @@ async fn stored_standings(
         row: StandingRow,
     }
     let found: Vec<Found> = sqlx::query_as(
-        // LATERAL: one primary-key probe per sender, however many are asked for (a join would
-        // read the whole table once the batch looks large next to it).
+        // One primary-key probe per sender, however many are asked for: a join would read the
+        // whole table under a plan cached while the table was small. LIMIT keeps the planner
+        // from turning the LATERAL probe back into a join.
         "SELECT k.n, s.state, s.version, COALESCE(s.created_in_app_at, s.first_seen_at) AS since,
              s.accepted, s.linked_to
          FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
-             LATERAL (SELECT * FROM senders WHERE app_id = k.app_id AND id = k.id) s",
+             LATERAL (SELECT * FROM senders WHERE app_id = k.app_id AND id = k.id LIMIT 1) s",
     )
     .bind(senders.iter().map(|s| s.app_id).collect::<Vec<_>>())
     .bind(senders.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())

@@ -12,7 +12,6 @@ use tokio::sync::Mutex;
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, admin, api_key, wait_for};
-use sendguard::invites::writer::WRITERS;
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
@@ -88,6 +87,9 @@ async fn concurrent_invites_share_commits_and_each_answer_follows_its_commit() {
     drop(test_db);
 }
 
+/// Batches the instance of the failure test writes at once: each is held up by a locked sender.
+const WRITERS: usize = 3;
+
 /// Refuses, at commit, any transaction that wrote an invite to a `poison…` recipient.
 const POISON: &str = "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -101,7 +103,10 @@ const POISON_TRIGGER: &str = "CREATE CONSTRAINT TRIGGER refuse_poison AFTER INSE
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_commit_fails_answers_503_to_each_member_and_keeps_none() {
-    let stage = Stage::start("groupfail", &[POISON, POISON_TRIGGER]).await;
+    let stage = Stage::start_with("groupfail", &[POISON, POISON_TRIGGER], |cfg| {
+        cfg.db_writers = WRITERS
+    })
+    .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let db = stage.db.name.clone();
     let blockers: Vec<String> = (0..WRITERS).map(|n| format!("blocker{n}")).collect();

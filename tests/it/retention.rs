@@ -17,6 +17,17 @@ const STATUSES: [&str; 7] = [
     "suppressed",
 ];
 
+/// The invites still waiting for something, with their times.
+async fn waiting(pool: &sqlx::PgPool) -> Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> {
+    sqlx::query_as(
+        "SELECT id, created_at FROM invites
+         WHERE status IN ('queued', 'deferred', 'held') ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("waiting")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_weeks_are_dropped_and_waiting_invites_stay() {
     let (_db, pool) = migrated(
@@ -63,13 +74,7 @@ async fn old_weeks_are_dropped_and_waiting_invites_stay() {
         week_of_40_days_ago.starts_with("invites_w"),
         "{week_of_40_days_ago}"
     );
-    let waiting_before: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "SELECT id, created_at FROM invites
-         WHERE status IN ('queued', 'deferred', 'held') ORDER BY id",
-    )
-    .fetch_all(&pool)
-    .await
-    .expect("waiting");
+    let waiting_before = waiting(&pool).await;
 
     let retention = Retention {
         pool: pool.clone(),
@@ -107,13 +112,7 @@ async fn old_weeks_are_dropped_and_waiting_invites_stay() {
         }
     }
     assert_eq!(left, expected);
-    let waiting_after: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "SELECT id, created_at FROM invites
-         WHERE status IN ('queued', 'deferred', 'held') ORDER BY id",
-    )
-    .fetch_all(&pool)
-    .await
-    .expect("waiting");
+    let waiting_after = waiting(&pool).await;
     assert_eq!(
         waiting_after, waiting_before,
         "every waiting invite kept, as it was"

@@ -3,25 +3,18 @@
 -- right after its own). One rule's answer comes back as it is; several as an array in order.
 local k = 1
 local function decide(n)
-  local code, cost_arg, option, rule = ARGV[n], ARGV[n + 1], ARGV[n + 2], tonumber(ARGV[n + 3])
-  local key = KEYS[k]
-  k = k + 1
-  if code == 'h' then
-    return hash_counters(key, nil, cost_arg, option, rule)
-  elseif code == 'd' then
-    return distinct(key, nil, cost_arg, option, rule)
-  elseif code == 'f' then
-    return fixed_window(key, nil, cost_arg, option, rule)
-  elseif code == 's' then
-    return sliding_window(key, nil, cost_arg, option, rule)
-  elseif code == 't' then
-    return token_bucket(key, nil, cost_arg, option, rule)
-  elseif code == 'l' then
-    local seq = KEYS[k]
-    k = k + 1
-    return sliding_log(key, seq, cost_arg, option, rule)
+  local code = ARGV[n]
+  local run = algorithm(code)
+  if not run then
+    return redis.error_reply('unknown algorithm code ' .. tostring(code))
   end
-  return redis.error_reply('unknown algorithm code ' .. tostring(code))
+  local key, key2 = KEYS[k], nil
+  k = k + 1
+  if code == 'l' then
+    key2 = KEYS[k]
+    k = k + 1
+  end
+  return run(key, key2, ARGV[n + 1], ARGV[n + 2], tonumber(ARGV[n + 3]))
 end
 if #ARGV == 5 then
   return decide(2)

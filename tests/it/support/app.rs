@@ -165,6 +165,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         mail_from: "sendguard <no-reply@sendguard.test>".into(),
         public_url: "http://127.0.0.1:8080".into(),
         held_cap: 1000,
+        db_writers: 2,
         secret_key: None,
         webhook_allow_private: true,
         new_sender_days: 7,
