@@ -32,8 +32,8 @@ psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WIT
 DATABASE_URL=$db_url $bin migrate >/dev/null
 key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
 psql -q -h 127.0.0.1 -U postgres -d "$db" -c "
-  INSERT INTO senders (id, state) SELECT 'held' || n, 'shadow_banned' FROM generate_series(1, 20000) n;
-  INSERT INTO senders (id, state) SELECT 'ok' || n, 'active' FROM generate_series(1, 20000) n;"
+  INSERT INTO senders (app_id, id, state) SELECT 1, 'held' || n, 'shadow_banned' FROM generate_series(1, 20000) n;
+  INSERT INTO senders (app_id, id, state) SELECT 1, 'ok' || n, 'active' FROM generate_series(1, 20000) n;"
 mail=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
 
 DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix \

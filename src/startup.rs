@@ -80,6 +80,9 @@ impl Services {
         retention::make_weeks(&pool, chrono::Utc::now())
             .await
             .map_err(DbError::from)?;
+        // The writers, the sender reader and one spare.
+        let batches =
+            db::connect_for_batches(&cfg.database.database_url, cfg.db_writers as u32 + 2).await?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
         let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
@@ -87,7 +90,7 @@ impl Services {
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
         let metrics = Metrics::default();
-        let senders = SenderStates::new(pool.clone());
+        let senders = SenderStates::new(batches.clone());
         let outcomes = Outcomes {
             pool: pool.clone(),
             limiter: limiter.clone(),
@@ -125,7 +128,7 @@ impl Services {
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
-            writer: Writer::start(pool.clone(), cfg.db_writers),
+            writer: Writer::start(batches, cfg.db_writers),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
