@@ -62,8 +62,8 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
 /// parameters are arrays whose values never change the best plan, and planning the multi-row
 /// insert cost about as much as running it for a small batch.
 pub async fn connect_for_batches(url: &str, size: u32) -> Result<PgPool, DbError> {
-    let options = PgConnectOptions::from_str(url)?
-        .options([("plan_cache_mode", "force_generic_plan")]);
+    let options =
+        PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
     Ok(PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(std::time::Duration::from_secs(3))
