@@ -209,3 +209,54 @@ async fn a_batch_whose_commit_fails_answers_503_to_each_member_and_keeps_none() 
         }
     }
 }
+
+/// Requests racing with one Idempotency-Key share batches with each other: the same body gets
+/// one invite and one id, another body a 422, exactly as one request per transaction would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_requests_with_one_idempotency_key_record_one_invite() {
+    let stage = Stage::start("groupidem", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let send = |recipient: &'static str| {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let resp = api
+                .http
+                .post(api.url())
+                .bearer_auth(&api.key)
+                .header("idempotency-key", "race-1")
+                .json(&json!({"sender_id": "racer", "recipient": recipient}))
+                .send()
+                .await
+                .expect("request");
+            let status = resp.status();
+            let body: serde_json::Value = resp.json().await.unwrap_or_default();
+            (status, body["id"].as_str().map(str::to_owned))
+        })
+    };
+    let same: Vec<_> = (0..30).map(|_| send("once@example.com")).collect();
+    let other: Vec<_> = (0..5).map(|_| send("other@example.com")).collect();
+    let mut ids = HashSet::new();
+    let mut refused = 0;
+    for answer in same.into_iter().chain(other) {
+        match answer.await.expect("request") {
+            (StatusCode::OK, Some(id)) => {
+                ids.insert(id);
+            }
+            (StatusCode::UNPROCESSABLE_ENTITY, _) => refused += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(ids.len(), 1, "one id for every accepted request: {ids:?}");
+    let stored: Vec<String> = sqlx::query_scalar("SELECT recipient FROM invites")
+        .fetch_all(&stage.pool)
+        .await
+        .expect("invites");
+    assert_eq!(stored.len(), 1, "one invite recorded: {stored:?}");
+    // Whichever body came first is the key's; every request with the other body is refused.
+    let expected_refusals = if stored[0] == "once@example.com" {
+        5
+    } else {
+        30
+    };
+    assert_eq!(refused, expected_refusals);
+}
