@@ -134,16 +134,8 @@ impl SenderStates {
 
 /// The sender's standing as stored now; a sender never seen is active.
 pub async fn stored_standing(pool: &PgPool, sender: &SenderKey) -> Result<Standing, sqlx::Error> {
-    let row: Option<StandingRow> = sqlx::query_as(
-        "SELECT state, version, COALESCE(created_in_app_at, first_seen_at) AS since, accepted,
-             linked_to
-         FROM senders WHERE app_id = $1 AND id = $2",
-    )
-    .bind(sender.app_id)
-    .bind(&sender.id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map_or(Standing::UNSEEN, StandingRow::standing))
+    let mut one = stored_standings(pool, std::slice::from_ref(sender)).await?;
+    Ok(one.pop().unwrap_or(Standing::UNSEEN))
 }
 
 /// The standings of several senders in one query, in their order.
