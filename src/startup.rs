@@ -128,7 +128,7 @@ impl Services {
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
-            writer: Writer::start(batches, cfg.db_writers),
+            writer: Writer::start(batches, cfg.db_writers, outbox.handoff()),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),

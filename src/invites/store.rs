@@ -66,27 +66,45 @@ impl Assumed {
     }
 }
 
+/// The outbox that takes queued invites as they are written ([`crate::mail::Handoff`]): each
+/// invite given room in it is written claimed by it.
+pub struct Claim<'a> {
+    pub worker_id: &'a str,
+    pub lease: std::time::Duration,
+    /// Per row of the batch: written claimed.
+    pub rows: Vec<bool>,
+}
+
+/// A queued invite written, and, when it was written claimed, whether its recipient
+/// unsubscribed from the app (the outbox suppresses it instead of sending it).
+#[derive(Debug, sqlx::FromRow)]
+pub struct WrittenRow {
+    pub id: Uuid,
+    pub claimed_unsubscribed: Option<bool>,
+}
+
 /// Invites with no breach and nothing to hold, in one statement: their senders are upserted
 /// once each (in key order, so concurrent batches lock them in the same order), and each
-/// invite is inserted when its sender is in the state its verdict assumed. Answers the ids
+/// invite is inserted when its sender is in the state its verdict assumed. Answers the rows
 /// written.
 pub async fn insert_queued(
     conn: &mut PgConnection,
     rows: &[(&NewInvite, Assumed)],
-) -> Result<Vec<Uuid>, sqlx::Error> {
+    claim: &Claim<'_>,
+) -> Result<Vec<WrittenRow>, sqlx::Error> {
     let col = |f: fn(&NewInvite) -> Option<&str>| -> Vec<Option<&str>> {
         rows.iter().map(|(new, _)| f(new)).collect()
     };
-    sqlx::query_scalar(
+    sqlx::query_as(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
                  $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                  $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
-                 $18::int8[], $19::text[], $20::timestamptz[])
+                 $18::int8[], $19::text[], $20::timestamptz[], $21::bool[])
                  WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
                      recipient_domain, sender_ip, resource, message, sender_name, status,
                      decision, idempotency_key, request_hash, accept_url, assumed, admitted,
-                     version, address, created_in_app_at, n)),
+                     version, address, created_in_app_at, claimed, n)),
          sender AS (
              INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to)
              SELECT DISTINCT ON (i.app_id, i.sender_id) i.app_id, i.sender_id, i.address,
@@ -113,14 +131,19 @@ pub async fn insert_queued(
              RETURNING invite_id)
          INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
              sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-             accept_url)
+             accept_url, claimed_by, claimed_until)
          SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
              resource, message, sender_name, status, decision,
-             CASE WHEN status = 'queued' THEN now() END, accept_url
+             CASE WHEN status = 'queued' THEN now() END, accept_url,
+             CASE WHEN claimed AND status = 'queued' THEN $22::text END,
+             CASE WHEN claimed AND status = 'queued'
+                 THEN now() + make_interval(secs => $23::float8) END
          FROM admitted
          WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
          ORDER BY n
-         RETURNING id",
+         RETURNING id, CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
+             WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
+             AS claimed_unsubscribed",
     )
     .bind(rows.iter().map(|(new, _)| new.id).collect::<Vec<_>>())
     .bind(
@@ -178,6 +201,9 @@ pub async fn insert_queued(
             .map(|(new, _)| new.invite.sender_created_at)
             .collect::<Vec<_>>(),
     )
+    .bind(&claim.rows)
+    .bind(claim.worker_id)
+    .bind(claim.lease.as_secs_f64())
     .fetch_all(conn)
     .await
 }

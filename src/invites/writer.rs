@@ -3,13 +3,15 @@
 //! commit. Queued invites go in one multi-row statement; held and flagging ones (the flag, the
 //! sender's new state and the audit entries with the invite that caused them) follow in the
 //! same transaction. When the commit fails, every request of the batch gets the error, so none
-//! is answered 200 unless it is committed.
+//! is answered 200 unless it is committed. Queued invites are written claimed by this
+//! instance's outbox when it has room for them, and handed to it after the commit.
 
 use sqlx::PgPool;
 
-use super::policy::Breach;
-use super::store::{self, Assumed, NewInvite, Written};
+use super::policy::{Breach, Status};
+use super::store::{self, Assumed, Claim, NewInvite, Written, WrittenRow};
 use crate::batch::{BatchError, Batcher};
+use crate::mail::{Handoff, Outgoing, Slot};
 use crate::moderation::SenderState;
 use crate::sender::SenderKey;
 
@@ -41,11 +43,12 @@ struct Job {
 pub struct Writer(Batcher<Job, Written>);
 
 impl Writer {
-    /// Starts `writers` writing tasks on `pool` (`SENDGUARD_DB_WRITERS`).
-    pub fn start(pool: PgPool, writers: usize) -> Writer {
+    /// Starts `writers` writing tasks on `pool` (`SENDGUARD_DB_WRITERS`), handing queued
+    /// invites to `outbox`.
+    pub fn start(pool: PgPool, writers: usize, outbox: Handoff) -> Writer {
         Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
-            let pool = pool.clone();
-            async move { commit(&pool, &batch).await }
+            let (pool, outbox) = (pool.clone(), outbox.clone());
+            async move { commit(&pool, &outbox, &batch).await }
         }))
     }
 
@@ -57,7 +60,11 @@ impl Writer {
 
 /// Writes a batch: queued invites in one statement, then the others one by one, then one
 /// commit. A lone queued or held invite needs no transaction of its own.
-async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<Written>, sqlx::Error> {
+async fn commit(
+    pool: &PgPool,
+    outbox: &Handoff,
+    batch: &[Job],
+) -> Result<Vec<Written>, sqlx::Error> {
     let queued: Vec<(&NewInvite, Assumed)> = batch
         .iter()
         .filter_map(|job| match job.write {
@@ -65,14 +72,24 @@ async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<Written>, sqlx::Erro
             _ => None,
         })
         .collect();
+    // Room in the outbox is taken before the write, so that every invite written claimed by it
+    // can be handed over.
+    let slots: Vec<Option<Slot>> = queued
+        .iter()
+        .map(|(new, _)| (new.status == Status::Queued).then(|| outbox.reserve())?)
+        .collect();
+    let claim = Claim {
+        worker_id: outbox.worker_id(),
+        lease: outbox.lease(),
+        rows: slots.iter().map(Option::is_some).collect(),
+    };
     if let [job] = batch {
         let mut conn = pool.acquire().await?;
         match &job.write {
             Write::Queued(_) => {
-                return Ok(vec![answer(
-                    &job.new,
-                    &queued_ids(&mut conn, &queued).await?,
-                )]);
+                let rows = queued_rows(&mut conn, &queued, &claim).await?;
+                hand_over(&queued, slots, &rows);
+                return Ok(vec![answer(&job.new, &rows)]);
             }
             Write::Held { assumed, cap } => {
                 return Ok(vec![
@@ -92,11 +109,11 @@ async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<Written>, sqlx::Erro
         senders.dedup();
         store::lock_senders(&mut tx, &senders).await?;
     }
-    let written_ids = queued_ids(&mut tx, &queued).await?;
+    let rows = queued_rows(&mut tx, &queued, &claim).await?;
     let mut written = Vec::with_capacity(batch.len());
     for job in batch {
         written.push(match &job.write {
-            Write::Queued(_) => answer(&job.new, &written_ids),
+            Write::Queued(_) => answer(&job.new, &rows),
             Write::Held { assumed, cap } => {
                 store::insert_held(&mut tx, &job.new, *assumed, *cap).await?
             }
@@ -112,21 +129,44 @@ async fn commit(pool: &PgPool, batch: &[Job]) -> Result<Vec<Written>, sqlx::Erro
         });
     }
     tx.commit().await?;
+    hand_over(&queued, slots, &rows);
     Ok(written)
 }
 
-async fn queued_ids(
+async fn queued_rows(
     conn: &mut sqlx::PgConnection,
     queued: &[(&NewInvite, Assumed)],
-) -> Result<Vec<uuid::Uuid>, sqlx::Error> {
+    claim: &Claim<'_>,
+) -> Result<Vec<WrittenRow>, sqlx::Error> {
     if queued.is_empty() {
         return Ok(Vec::new());
     }
-    store::insert_queued(conn, queued).await
+    store::insert_queued(conn, queued, claim).await
 }
 
-fn answer(new: &NewInvite, written_ids: &[uuid::Uuid]) -> Written {
-    if written_ids.contains(&new.id) {
+/// Hands the committed invites written claimed to the outbox; the other slots are given back.
+fn hand_over(queued: &[(&NewInvite, Assumed)], slots: Vec<Option<Slot>>, rows: &[WrittenRow]) {
+    for ((new, _), slot) in queued.iter().zip(slots) {
+        let Some(slot) = slot else { continue };
+        let written = rows.iter().find(|row| row.id == new.id);
+        if let Some(unsubscribed) = written.and_then(|row| row.claimed_unsubscribed) {
+            slot.hand(Outgoing {
+                id: new.id,
+                app_id: new.sender.app_id,
+                recipient: new.invite.recipient.clone(),
+                resource: new.invite.resource.clone(),
+                message: new.invite.message.clone(),
+                sender_name: new.invite.sender_name.clone(),
+                accept_url: new.accept_url.clone(),
+                attempts: 0,
+                unsubscribed,
+            });
+        }
+    }
+}
+
+fn answer(new: &NewInvite, rows: &[WrittenRow]) -> Written {
+    if rows.iter().any(|row| row.id == new.id) {
         Written::Recorded
     } else {
         Written::Skipped

@@ -1,16 +1,19 @@
 //! Delivery: the transport chosen at startup (SMTP through lettre, or .eml files) and the
-//! outbox worker that claims queued invites; the email itself is [`render`].
+//! outbox worker that sends what the writer hands over ([`handoff`]) and claims the other
+//! queued invites; the email itself is [`render`].
 
+mod handoff;
 mod render;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lettre::message::Mailbox;
 use lettre::transport::smtp::PoolConfig;
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use rand::Rng;
 use sqlx::PgPool;
+use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -20,6 +23,8 @@ use crate::incident::Incident;
 use crate::metrics::{DependencyError, Metrics};
 use crate::outcomes::{OutcomeType, Outcomes};
 use crate::recipients::{LinkKey, Purpose};
+use handoff::Handed;
+pub use handoff::{Handoff, Slot};
 use render::{Content, Envelope};
 
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +123,7 @@ pub struct OutboxSettings {
     pub max_attempts: i32,
     pub retry_base: Duration,
     pub lease: Duration,
-    /// Invites claimed per round.
+    /// Invites claimed per round (those handed over go in rounds of up to eight times this).
     pub batch: i64,
     /// Pause when there is nothing to send.
     pub idle: Duration,
@@ -140,9 +145,15 @@ pub const CLAIM: &str =
                          WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient)
                      AS unsubscribed";
 
-/// Claims queued invites and sends them. Several instances may run it on one database: a claim
-/// (`FOR UPDATE SKIP LOCKED` plus a lease) hands each invite to one worker; a worker that dies
-/// leaves its lease to expire and another takes the invite over.
+/// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
+const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL
+     WHERE status = 'queued' AND claimed_by = $1";
+
+/// Sends the invites its instance's writer hands over, and claims the other queued ones
+/// (released, retried, deferred, or handed to an instance that died). Several instances may
+/// run it on one database: a claim (`FOR UPDATE SKIP LOCKED` plus a lease) gives each invite
+/// to one worker; a worker that dies leaves its lease to expire and another takes the invite
+/// over.
 pub struct Outbox {
     pool: PgPool,
     transport: Transport,
@@ -156,6 +167,8 @@ pub struct Outbox {
     smtp: Incident,
     settings: OutboxSettings,
     worker_id: String,
+    handoff: Handoff,
+    handed: Mutex<mpsc::Receiver<Handed>>,
 }
 
 impl Outbox {
@@ -168,6 +181,8 @@ impl Outbox {
         links: LinkKey,
         settings: OutboxSettings,
     ) -> Self {
+        let worker_id = format!("{}-{}", std::process::id(), Uuid::new_v4().simple());
+        let (handoff, handed) = Handoff::new(&worker_id, settings.lease);
         Outbox {
             pool,
             transport,
@@ -177,30 +192,68 @@ impl Outbox {
             links,
             smtp: Incident::new("smtp"),
             settings,
-            worker_id: format!("{}-{}", std::process::id(), Uuid::new_v4().simple()),
+            worker_id,
+            handoff,
+            handed: Mutex::new(handed),
         }
     }
 
-    /// Runs until `stop` is cancelled, finishing the round in hand.
+    /// Where the writer hands fresh invites over.
+    pub fn handoff(&self) -> Handoff {
+        self.handoff.clone()
+    }
+
+    /// Runs until `stop` is cancelled, finishing the round in hand, then releases what was
+    /// handed over and not sent. Claims every `idle` pause, and again at once after a full
+    /// claim, however busy the handoff is.
     pub async fn run(self, stop: CancellationToken) {
-        loop {
-            if stop.is_cancelled() {
-                return;
-            }
-            let claimed = match self.round().await {
-                Ok(n) => n,
-                Err(e) => {
+        let mut handed = self.handed.lock().await;
+        let most = self.settings.batch as usize * 8;
+        let mut in_hand = Vec::with_capacity(most);
+        let mut claim_at = Instant::now();
+        while !stop.is_cancelled() {
+            if Instant::now() >= claim_at {
+                let claimed = self.round().await.unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "outbox round failed");
                     0
+                });
+                if claimed < self.settings.batch as usize {
+                    claim_at = Instant::now() + self.settings.idle;
                 }
-            };
-            if claimed < self.settings.batch as usize {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.settings.idle) => {}
-                    _ = stop.cancelled() => {}
+                continue;
+            }
+            tokio::select! {
+                _ = handed.recv_many(&mut in_hand, most) => {
+                    if let Err(e) = self.deliver_handed(in_hand.drain(..)).await {
+                        tracing::warn!(error = %e, "outbox round failed");
+                    }
                 }
+                _ = tokio::time::sleep_until(claim_at.into()) => {}
+                _ = stop.cancelled() => {}
             }
         }
+        handed.close();
+        if let Err(e) = sqlx::query(RELEASE)
+            .bind(&self.worker_id)
+            .execute(&self.pool)
+            .await
+        {
+            tracing::warn!(error = %e, "the outbox's claims were not released; they expire");
+        }
+    }
+
+    /// Sends invites handed over, except those that waited half their lease: another outbox
+    /// may claim them soon, so they are left to it.
+    async fn deliver_handed(
+        &self,
+        handed: impl Iterator<Item = Handed>,
+    ) -> Result<(), sqlx::Error> {
+        let fresh = self.settings.lease / 2;
+        let invites: Vec<Outgoing> = handed
+            .filter(|h| h.at.elapsed() < fresh)
+            .map(|h| h.invite)
+            .collect();
+        self.deliver(invites).await.map(drop)
     }
 
     /// Claims one batch and sends it; returns how many were claimed.
@@ -211,6 +264,11 @@ impl Outbox {
             .bind(self.settings.batch)
             .fetch_all(&self.pool)
             .await?;
+        self.deliver(claimed).await
+    }
+
+    /// Sends invites claimed by this worker and marks them; returns how many there were.
+    async fn deliver(&self, claimed: Vec<Outgoing>) -> Result<usize, sqlx::Error> {
         let n = claimed.len();
         let (unsubscribed, claimed): (Vec<Outgoing>, Vec<Outgoing>) =
             claimed.into_iter().partition(|i| i.unsubscribed);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{api_key, config, migrated, wait_for};
+use crate::support::app::{Stage, admin, api_key, config, migrated, wait_for};
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -15,6 +15,56 @@ async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipi
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
+/// Updates of invite rows Postgres counted in the database of `pool`.
+async fn invite_updates(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(n_tup_upd), 0)::int8 FROM pg_stat_user_tables
+         WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'invites'::regclass)",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("pg_stat_user_tables")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_invite_is_handed_to_the_outbox_and_its_row_updated_once() {
+    const INVITES: i64 = 20;
+    let stage = Stage::start("handoff", &[]).await;
+    let key = api_key(&stage.pool).await;
+    for n in 0..INVITES {
+        send_invite(stage.app.addr, &key, &format!("h{n}"), &format!("h{n}@example.com")).await;
+    }
+    let sent = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM invites WHERE status = 'sent'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("sent")
+            == INVITES
+    })
+    .await;
+    assert!(sent, "the invites were not all sent");
+    assert_eq!(stage.sink.messages().len(), INVITES as usize);
+    // The instance's connections report their counts as they close.
+    let Stage { app, pool, db, .. } = stage;
+    app.shutdown().await;
+    pool.close().await;
+    let closed = wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&db.name)
+            .fetch_one(&mut admin().await)
+            .await
+            .expect("pg_stat_activity")
+            == 0
+    })
+    .await;
+    assert!(closed, "the instance closed its connections");
+    // Each row was inserted claimed and updated once, when it was sent: a claim by a polling
+    // outbox would be a second update.
+    let pool = db.pool().await;
+    assert_eq!(invite_updates(&pool).await, INVITES);
+    pool.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
     let (db, pool) = migrated("giveup", &[]).await;
