@@ -60,12 +60,15 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
 /// A small pool for the batched writes and sender reads of the invite path: each of its
 /// statements is planned once per connection (a generic plan), instead of once per batch. Their
 /// parameters are arrays whose values never change the best plan, and planning the multi-row
-/// insert cost about as much as running it for a small batch.
+/// insert cost about as much as running it for a small batch. A connection is not pinged
+/// before each batch (a round trip, as long as the batch's own statement): one lost with the
+/// server fails the batch it serves, whose requests are answered 503, and is then replaced.
 pub async fn connect_for_batches(url: &str, size: u32) -> Result<PgPool, DbError> {
     let options =
         PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
     Ok(PgPoolOptions::new()
         .max_connections(size)
+        .test_before_acquire(false)
         .acquire_timeout(std::time::Duration::from_secs(3))
         .connect_with(options)
         .await?)

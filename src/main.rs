@@ -7,6 +7,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// A faster allocator than glibc's for the many small, short-lived allocations of a request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match cli::Cli::parse().run().await {

@@ -59,7 +59,8 @@ impl Writer {
 }
 
 /// Writes a batch: queued invites in one statement, then the others one by one, then one
-/// commit. A lone queued or held invite needs no transaction of its own.
+/// commit. A batch of queued invites only, or a lone held one, is a single statement and needs
+/// no transaction of its own.
 async fn commit(
     pool: &PgPool,
     outbox: &Handoff,
@@ -83,32 +84,34 @@ async fn commit(
         lease: outbox.lease(),
         rows: slots.iter().map(Option::is_some).collect(),
     };
-    if let [job] = batch {
+    // Queued invites alone are one statement, atomic without a transaction of its own; so is a
+    // lone held one.
+    if queued.len() == batch.len() {
         let mut conn = pool.acquire().await?;
-        match &job.write {
-            Write::Queued(_) => {
-                let rows = queued_rows(&mut conn, &queued, &claim).await?;
-                hand_over(&queued, slots, &rows);
-                return Ok(vec![answer(&job.new, &rows)]);
-            }
-            Write::Held { assumed, cap } => {
-                return Ok(vec![
-                    store::insert_held(&mut conn, &job.new, *assumed, *cap).await?,
-                ]);
-            }
-            Write::Flagged { .. } => {}
-        }
+        let rows = store::insert_queued(&mut conn, &queued, &claim).await?;
+        hand_over(&queued, slots, &rows);
+        return Ok(batch.iter().map(|job| answer(&job.new, &rows)).collect());
+    }
+    if let [
+        Job {
+            new,
+            write: Write::Held { assumed, cap },
+        },
+    ] = batch
+    {
+        let mut conn = pool.acquire().await?;
+        return Ok(vec![
+            store::insert_held(&mut conn, new, *assumed, *cap).await?,
+        ]);
     }
     let mut tx = pool.begin().await?;
-    if queued.len() < batch.len() {
-        // Held and flagging invites lock their senders one by one, after the queued ones: the
-        // senders of the whole batch are locked first, in key order, so that two instances'
-        // batches never wait on each other in a circle.
-        let mut senders: Vec<&SenderKey> = batch.iter().map(|job| &job.new.sender).collect();
-        senders.sort();
-        senders.dedup();
-        store::lock_senders(&mut tx, &senders).await?;
-    }
+    // Held and flagging invites lock their senders one by one, after the queued ones: the
+    // senders of the whole batch are locked first, in key order, so that two instances'
+    // batches never wait on each other in a circle.
+    let mut senders: Vec<&SenderKey> = batch.iter().map(|job| &job.new.sender).collect();
+    senders.sort();
+    senders.dedup();
+    store::lock_senders(&mut tx, &senders).await?;
     let rows = queued_rows(&mut tx, &queued, &claim).await?;
     let mut written = Vec::with_capacity(batch.len());
     for job in batch {

@@ -32,7 +32,13 @@ async fn a_fresh_invite_is_handed_to_the_outbox_and_its_row_updated_once() {
     let stage = Stage::start("handoff", &[]).await;
     let key = api_key(&stage.pool).await;
     for n in 0..INVITES {
-        send_invite(stage.app.addr, &key, &format!("h{n}"), &format!("h{n}@example.com")).await;
+        send_invite(
+            stage.app.addr,
+            &key,
+            &format!("h{n}"),
+            &format!("h{n}@example.com"),
+        )
+        .await;
     }
     let sent = wait_for(Duration::from_secs(10), || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM invites WHERE status = 'sent'")
