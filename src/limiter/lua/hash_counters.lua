@@ -162,13 +162,18 @@ local function value(j)
     return plain_count
   end
   if not vals then
-    vals = redis.call('HMGET', key, '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11',
-      '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26',
-      '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41',
-      '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56',
-      '57', '58', '59')
+    -- Only the slots stored: a key over its limit usually holds a few, and naming all 60 would
+    -- cost Redis sixty strings on every denied attempt.
+    vals = {}
+    local all = redis.call('HGETALL', key)
+    for n = 1, #all, 2 do
+      local s = tonumber(all[n])
+      if s then
+        vals[s] = all[n + 1]
+      end
+    end
   end
-  return tonumber(vals[(j % RING) + 1]) or 0
+  return tonumber(vals[j % RING]) or 0
 end
 
 -- An a-unit span in whole milliseconds, rounded up; nothing left to wait is 0.
