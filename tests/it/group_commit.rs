@@ -11,7 +11,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, admin, api_key, wait_for};
+use crate::support::app::{Stage, admin, api_key, connections_down_to, wait_for};
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
@@ -66,16 +66,8 @@ async fn concurrent_invites_share_commits_and_each_answer_follows_its_commit() {
         app, db: test_db, ..
     } = stage;
     app.shutdown().await;
-    let closed = wait_for(Duration::from_secs(15), || async {
-        // Only the checking connection is left.
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
-            .bind(&db)
-            .fetch_one(&mut admin().await)
-            .await
-            .expect("pg_stat_activity")
-            == 1
-    })
-    .await;
+    // Only the checking connection is left.
+    let closed = connections_down_to(&db, 1).await;
     assert!(closed, "the instance closed its connections");
     let committed = commits(&db).await - before;
     println!("{INVITES} invites, {committed} transactions committed");
@@ -219,18 +211,8 @@ async fn racing_requests_with_one_idempotency_key_record_one_invite() {
     let send = |recipient: &'static str| {
         let api = api.clone();
         tokio::spawn(async move {
-            let resp = api
-                .http
-                .post(api.url())
-                .bearer_auth(&api.key)
-                .header("idempotency-key", "race-1")
-                .json(&json!({"sender_id": "racer", "recipient": recipient}))
-                .send()
-                .await
-                .expect("request");
-            let status = resp.status();
-            let body: serde_json::Value = resp.json().await.unwrap_or_default();
-            (status, body["id"].as_str().map(str::to_owned))
+            let body = json!({"sender_id": "racer", "recipient": recipient});
+            api.send_keyed("race-1", &body).await
         })
     };
     let same: Vec<_> = (0..30).map(|_| send("once@example.com")).collect();

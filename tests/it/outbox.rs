@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, admin, api_key, config, migrated, wait_for};
+use crate::support::app::{Stage, api_key, config, connections_down_to, migrated, wait_for};
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -54,15 +54,7 @@ async fn a_fresh_invite_is_handed_to_the_outbox_and_its_row_updated_once() {
     let Stage { app, pool, db, .. } = stage;
     app.shutdown().await;
     pool.close().await;
-    let closed = wait_for(Duration::from_secs(15), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
-            .bind(&db.name)
-            .fetch_one(&mut admin().await)
-            .await
-            .expect("pg_stat_activity")
-            == 0
-    })
-    .await;
+    let closed = connections_down_to(&db.name, 0).await;
     assert!(closed, "the instance closed its connections");
     // Each row was inserted claimed and updated once, when it was sent: a claim by a polling
     // outbox would be a second update.

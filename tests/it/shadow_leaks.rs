@@ -7,22 +7,6 @@ use serde_json::json;
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key};
 
-/// Sends `body` with an Idempotency-Key; answers the status and the id.
-async fn keyed(api: &Api, key: &str, body: &serde_json::Value) -> (StatusCode, Option<String>) {
-    let resp = api
-        .http
-        .post(api.url())
-        .bearer_auth(&api.key)
-        .header("idempotency-key", key)
-        .json(body)
-        .send()
-        .await
-        .expect("request");
-    let status = resp.status();
-    let body: serde_json::Value = resp.json().await.unwrap_or_default();
-    (status, body["id"].as_str().map(str::to_owned))
-}
-
 /// Past the held cap, a banned sender's repeated key gets its first id and another body with
 /// the same key a 422, exactly as a good sender's would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,16 +22,16 @@ async fn idempotency_beyond_the_held_cap_is_the_same_as_for_anyone() {
         for n in 0..4 {
             let body = json!({"sender_id": sender, "recipient": format!("r{n}@example.com")});
             let key = format!("{sender}-{n}");
-            let (status, first) = keyed(&api, &key, &body).await;
+            let (status, first) = api.send_keyed(&key, &body).await;
             assert_eq!(status, StatusCode::OK);
-            let (status, again) = keyed(&api, &key, &body).await;
+            let (status, again) = api.send_keyed(&key, &body).await;
             assert_eq!(status, StatusCode::OK);
             assert_eq!(
                 again, first,
                 "{sender}, invite {n}: the same key answers the first id"
             );
             let other = json!({"sender_id": sender, "recipient": "someone-else@example.com"});
-            let (status, _) = keyed(&api, &key, &other).await;
+            let (status, _) = api.send_keyed(&key, &other).await;
             assert_eq!(
                 status,
                 StatusCode::UNPROCESSABLE_ENTITY,

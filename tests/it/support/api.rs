@@ -44,10 +44,21 @@ impl Api {
 
     /// Sends an invite; answers its status and, when accepted, its id.
     pub async fn send(&self, body: Value) -> (StatusCode, Option<String>) {
-        let resp = self.invite(body).await;
-        let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or_default();
-        (status, body["id"].as_str().map(str::to_owned))
+        status_and_id(self.invite(body).await).await
+    }
+
+    /// As `send`, with an `Idempotency-Key`.
+    pub async fn send_keyed(&self, key: &str, body: &Value) -> (StatusCode, Option<String>) {
+        let resp = self
+            .http
+            .post(self.url())
+            .bearer_auth(&self.key)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+            .await
+            .expect("request");
+        status_and_id(resp).await
     }
 
     /// An invite that must be answered 200.
@@ -57,4 +68,10 @@ impl Api {
             .await;
         assert_eq!(resp.status(), StatusCode::OK, "invite from {sender}");
     }
+}
+
+async fn status_and_id(resp: reqwest::Response) -> (StatusCode, Option<String>) {
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap_or_default();
+    (status, body["id"].as_str().map(str::to_owned))
 }

@@ -214,6 +214,20 @@ where
     }
 }
 
+/// Waits up to 15 s until `db` has no more than `left` connections open (a backend reports its
+/// statistics as it closes); returns whether it came down to that.
+pub async fn connections_down_to(db: &str, left: i64) -> bool {
+    wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
+            .bind(db)
+            .fetch_one(&mut admin().await)
+            .await
+            .expect("pg_stat_activity")
+            <= left
+    })
+    .await
+}
+
 /// Invites still waiting for the outbox.
 pub async fn queued(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'queued'")
