@@ -1,6 +1,5 @@
-//! The invite's SQL: writing them (many queued ones in one statement, a held one or one with
-//! the flag of a breach each in a statement or two of the batch's transaction; see
-//! [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks
+//! The invite's SQL: writing them (queued and held ones in one statement, one with the flag of
+//! a breach in a few statements of the batch's transaction; see [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks
 //! that the sender is still in the state the verdict was made for: the cached state is a hint,
 //! the table decides at commit. A write never fails on an `Idempotency-Key` that is already
 //! taken, so one repeated request cannot fail the batch it shares: it is not written, and the
@@ -57,6 +56,15 @@ pub struct Assumed {
 }
 
 impl Assumed {
+    /// Only the state: a held invite is written when its sender is still in it.
+    pub fn state(state: SenderState) -> Assumed {
+        Assumed {
+            state,
+            version: 0,
+            admitted: false,
+        }
+    }
+
     pub fn new(standing: &Standing, admitted: bool) -> Assumed {
         Assumed {
             state: standing.state,
@@ -75,54 +83,117 @@ pub struct Claim<'a> {
     pub rows: Vec<bool>,
 }
 
-/// A queued invite written, and, when it was written claimed, whether its recipient
-/// unsubscribed from the app (the outbox suppresses it instead of sending it).
+impl Claim<'_> {
+    /// No row written claimed.
+    pub fn none(rows: usize) -> Claim<'static> {
+        Claim {
+            worker_id: "",
+            lease: std::time::Duration::ZERO,
+            rows: vec![false; rows],
+        }
+    }
+}
+
+/// One invite of the batch statement.
+pub struct Row<'a> {
+    pub new: &'a NewInvite,
+    pub assumed: Assumed,
+    /// A held invite: the most held invites its sender may have stored. Past it, only what
+    /// idempotency needs is kept, as `discarded`, and the sender's overflow counts it.
+    pub held_cap: Option<i64>,
+}
+
+/// An invite written, whether it was past its sender's held cap, and, when it was written
+/// claimed, whether its recipient unsubscribed from the app (the outbox suppresses it instead
+/// of sending it).
 #[derive(Debug, sqlx::FromRow)]
 pub struct WrittenRow {
     pub id: Uuid,
+    pub over_cap: bool,
     pub claimed_unsubscribed: Option<bool>,
 }
 
-/// Invites with no breach and nothing to hold, in one statement: their senders are upserted
-/// once each (in key order, so concurrent batches lock them in the same order), and each
-/// invite is inserted when its sender is in the state its verdict assumed. Answers the rows
-/// written.
-pub async fn insert_queued(
+/// What the batch statement did with one of its invites.
+pub fn outcome(id: Uuid, rows: &[WrittenRow]) -> Written {
+    match rows.iter().find(|row| row.id == id) {
+        Some(row) if row.over_cap => Written::OverHeldCap,
+        Some(_) => Written::Recorded,
+        None => Written::Skipped,
+    }
+}
+
+/// Queued and held invites with no breach, in one statement, so that holding an invite costs
+/// the time sending one does. Their senders are upserted once each (in key order, so
+/// concurrent batches lock them in the same order), and each invite is inserted when its
+/// sender is in the state its verdict assumed and its `Idempotency-Key` is unused. A held
+/// invite takes a slot under its sender's cap, in arrival order, counted from the sender's
+/// row as it is once locked (every sender of a batch with held invites is locked first, in key
+/// order): a repeated request or one whose sender changed takes none. Answers the rows written.
+pub async fn insert_batch(
     conn: &mut PgConnection,
-    rows: &[(&NewInvite, Assumed)],
+    rows: &[Row<'_>],
     claim: &Claim<'_>,
 ) -> Result<Vec<WrittenRow>, sqlx::Error> {
     let col = |f: fn(&NewInvite) -> Option<&str>| -> Vec<Option<&str>> {
-        rows.iter().map(|(new, _)| f(new)).collect()
+        rows.iter().map(|row| f(row.new)).collect()
     };
     sqlx::query_as(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
                  $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                  $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
-                 $18::int8[], $19::text[], $20::timestamptz[], $21::bool[])
+                 $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[])
                  WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
                      recipient_domain, sender_ip, resource, message, sender_name, status,
                      decision, idempotency_key, request_hash, accept_url, assumed, admitted,
-                     version, address, created_in_app_at, claimed, n)),
+                     version, address, created_in_app_at, claimed, held_cap, n)),
+         locked AS (
+             SELECT app_id, id, state, held_stored FROM senders
+             WHERE (app_id, id) IN (SELECT app_id, sender_id FROM input)
+                 AND EXISTS (SELECT 1 FROM input WHERE held_cap IS NOT NULL)
+             ORDER BY app_id, id FOR UPDATE),
+         held AS (
+             SELECT i.n, i.app_id, i.sender_id, l.held_stored + row_number()
+                 OVER (PARTITION BY i.app_id, i.sender_id ORDER BY i.n) <= i.held_cap AS room
+             FROM input i
+             JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
+             WHERE i.held_cap IS NOT NULL
+                 AND (i.idempotency_key IS NULL
+                     OR NOT EXISTS (SELECT 1 FROM idempotency_keys k
+                             WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key)
+                         AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
+                             AND j.api_key_id = i.api_key_id
+                             AND j.idempotency_key = i.idempotency_key))),
+         slots AS (
+             SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
+                 count(*) FILTER (WHERE NOT room) AS overflow
+             FROM held GROUP BY app_id, sender_id),
          sender AS (
-             INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to)
+             INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to,
+                 held_stored, held_overflow)
              SELECT DISTINCT ON (i.app_id, i.sender_id) i.app_id, i.sender_id, i.address,
                  i.created_in_app_at,
                  (SELECT b.sender_id FROM banned_addresses b
                   WHERE b.app_id = i.app_id AND b.address = i.address
                       AND b.banned_at > now() - interval '30 days'
-                  ORDER BY b.banned_at DESC LIMIT 1)
-             FROM input i ORDER BY i.app_id, i.sender_id, i.n
+                  ORDER BY b.banned_at DESC LIMIT 1),
+                 COALESCE(s.stored, 0), COALESCE(s.overflow, 0)
+             FROM input i LEFT JOIN slots s ON s.app_id = i.app_id AND s.sender_id = i.sender_id
+             ORDER BY i.app_id, i.sender_id, i.n
              ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
                  created_in_app_at = COALESCE(senders.created_in_app_at,
-                     EXCLUDED.created_in_app_at)
+                     EXCLUDED.created_in_app_at),
+                 held_stored = senders.held_stored + EXCLUDED.held_stored,
+                 held_overflow = senders.held_overflow + EXCLUDED.held_overflow
              RETURNING app_id, id, state, version, state_changed_by),
          admitted AS (
-             SELECT i.* FROM input i JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
-             WHERE s.state = i.assumed
+             SELECT i.*, NULL::bool AS room FROM input i
+             JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
+             WHERE i.held_cap IS NULL AND (s.state = i.assumed
                  OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
-                     AND s.state_changed_by = 'system' AND s.version = i.version + 1)),
+                     AND s.state_changed_by = 'system' AND s.version = i.version + 1))
+             UNION ALL
+             SELECT i.*, h.room FROM input i JOIN held h ON h.n = i.n),
          keyed AS (
              INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
              SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
@@ -133,27 +204,33 @@ pub async fn insert_queued(
              sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
              accept_url, claimed_by, claimed_until)
          SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
-             resource, message, sender_name, status, decision,
-             CASE WHEN status = 'queued' THEN now() END, accept_url,
+             CASE WHEN room IS NOT FALSE THEN resource END,
+             CASE WHEN room IS NOT FALSE THEN message END,
+             CASE WHEN room IS NOT FALSE THEN sender_name END,
+             CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
+             CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
+             CASE WHEN status = 'queued' THEN now() END,
+             CASE WHEN room IS NOT FALSE THEN accept_url END,
              CASE WHEN claimed AND status = 'queued' THEN $22::text END,
              CASE WHEN claimed AND status = 'queued'
                  THEN now() + make_interval(secs => $23::float8) END
          FROM admitted
          WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
          ORDER BY n
-         RETURNING id, CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
-             WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
-             AS claimed_unsubscribed",
+         RETURNING id, status = 'discarded' AS over_cap,
+             CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
+                 WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
+                 AS claimed_unsubscribed",
     )
-    .bind(rows.iter().map(|(new, _)| new.id).collect::<Vec<_>>())
+    .bind(rows.iter().map(|row| row.new.id).collect::<Vec<_>>())
     .bind(
         rows.iter()
-            .map(|(new, _)| new.api_key_id)
+            .map(|row| row.new.api_key_id)
             .collect::<Vec<_>>(),
     )
     .bind(
         rows.iter()
-            .map(|(new, _)| new.sender.app_id)
+            .map(|row| row.new.sender.app_id)
             .collect::<Vec<_>>(),
     )
     .bind(col(|new| Some(&new.sender.id)))
@@ -161,49 +238,46 @@ pub async fn insert_queued(
     .bind(col(|new| Some(&new.invite.recipient_domain)))
     .bind(
         rows.iter()
-            .map(|(new, _)| new.invite.sender_ip.map(|ip| ip.to_string()))
+            .map(|row| row.new.invite.sender_ip.map(|ip| ip.to_string()))
             .collect::<Vec<_>>(),
     )
     .bind(col(|new| new.invite.resource.as_deref()))
     .bind(col(|new| new.invite.message.as_deref()))
     .bind(col(|new| new.invite.sender_name.as_deref()))
     .bind(col(|new| Some(new.status.as_str())))
-    .bind(
-        rows.iter()
-            .map(|(new, _)| &new.decision)
-            .collect::<Vec<_>>(),
-    )
+    .bind(rows.iter().map(|row| &row.new.decision).collect::<Vec<_>>())
     .bind(col(|new| new.idempotency_key.as_deref()))
     .bind(
         rows.iter()
-            .map(|(new, _)| &new.request_hash[..])
+            .map(|row| &row.new.request_hash[..])
             .collect::<Vec<_>>(),
     )
     .bind(col(|new| new.accept_url.as_deref()))
     .bind(
         rows.iter()
-            .map(|(_, assumed)| assumed.state.as_str())
+            .map(|row| row.assumed.state.as_str())
             .collect::<Vec<_>>(),
     )
     .bind(
         rows.iter()
-            .map(|(_, assumed)| assumed.admitted)
+            .map(|row| row.assumed.admitted)
             .collect::<Vec<_>>(),
     )
     .bind(
         rows.iter()
-            .map(|(_, assumed)| assumed.version)
+            .map(|row| row.assumed.version)
             .collect::<Vec<_>>(),
     )
     .bind(col(|new| new.address.as_deref()))
     .bind(
         rows.iter()
-            .map(|(new, _)| new.invite.sender_created_at)
+            .map(|row| row.new.invite.sender_created_at)
             .collect::<Vec<_>>(),
     )
     .bind(&claim.rows)
     .bind(claim.worker_id)
     .bind(claim.lease.as_secs_f64())
+    .bind(rows.iter().map(|row| row.held_cap).collect::<Vec<_>>())
     .fetch_all(conn)
     .await
 }
@@ -252,42 +326,10 @@ const UPSERT_SENDER: &str = "INSERT INTO senders (app_id, id, first_address, cre
          created_in_app_at = COALESCE(senders.created_in_app_at, EXCLUDED.created_in_app_at)
      RETURNING state";
 
-/// A held invite in one statement: its `Idempotency-Key` (`$12`, with the body's hash `$13`)
-/// is claimed, a slot under the sender's cap (`$10`) is taken and the invite stored whole; past
-/// the cap only what idempotency needs is kept, as `discarded`. The sender must be in the
-/// assumed state (`$11`), and the key unused, so a repeated request takes no slot. `$1`-`$9`
-/// as [`bind`] binds them, `$14` the decision, `$15` the app, `$16` the link.
-const INSERT_HELD: &str = "WITH cur AS (
-         SELECT held_stored < $10 AS room FROM senders
-         WHERE app_id = $15 AND id = $3 AND state = $11
-             AND NOT EXISTS (SELECT 1 FROM idempotency_keys WHERE api_key_id = $2
-                 AND key = $12)
-         FOR UPDATE),
-     keyed AS (
-         INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
-         SELECT $2, $12, $1, $13 FROM cur WHERE $12::text IS NOT NULL
-         ON CONFLICT (api_key_id, key) DO NOTHING RETURNING 1),
-     slot AS (
-         UPDATE senders SET last_seen_at = now(),
-             held_stored = held_stored + (SELECT room::int FROM cur),
-             held_overflow = held_overflow + (SELECT (NOT room)::int FROM cur)
-         WHERE app_id = $15 AND id = $3 AND EXISTS (SELECT 1 FROM cur) RETURNING 1)
-     INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-         sender_ip, resource, message, sender_name, status, decision, accept_url)
-     SELECT $1, $2, $15, $3, $4, $5, $6,
-         CASE WHEN cur.room THEN $7 END, CASE WHEN cur.room THEN $8 END,
-         CASE WHEN cur.room THEN $9 END,
-         CASE WHEN cur.room THEN 'held' ELSE 'discarded' END,
-         CASE WHEN cur.room THEN $14 ELSE '{\"reason\": \"held_cap\"}'::jsonb END,
-         CASE WHEN cur.room THEN $16 END
-     FROM cur, slot
-     WHERE $12::text IS NULL OR EXISTS (SELECT 1 FROM keyed)
-     RETURNING status";
-
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
-/// `$1`-`$6`: what every invite row keeps.
-fn bind_who<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
+/// `$1`-`$11`: the invite row of [`INSERT`].
+fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
     let invite = &new.invite;
     query
         .bind(new.id)
@@ -296,47 +338,11 @@ fn bind_who<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
         .bind(&invite.recipient)
         .bind(&invite.recipient_domain)
         .bind(invite.sender_ip.map(|ip| ip.to_string()))
-}
-
-/// `$7`-`$9`: the sender's words.
-fn bind_text<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
-    let invite = &new.invite;
-    query
         .bind(&invite.resource)
         .bind(&invite.message)
         .bind(&invite.sender_name)
-}
-
-fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
-    bind_text(bind_who(query, new), new)
         .bind(new.status.as_str())
         .bind(&new.decision)
-}
-
-/// A held invite of a sender in `assumed` state (with no new flag): one statement, like a
-/// queued one, so holding costs no more time than sending.
-pub async fn insert_held(
-    conn: &mut PgConnection,
-    new: &NewInvite,
-    assumed: SenderState,
-    held_cap: i64,
-) -> Result<Written, sqlx::Error> {
-    let status: Option<String> = bind_text(bind_who(sqlx::query(INSERT_HELD), new), new)
-        .bind(held_cap)
-        .bind(assumed.as_str())
-        .bind(new.idempotency_key.as_deref())
-        .bind(&new.request_hash[..])
-        .bind(&new.decision)
-        .bind(new.sender.app_id)
-        .bind(new.accept_url.as_deref())
-        .fetch_optional(conn)
-        .await?
-        .map(|row| sqlx::Row::get(&row, 0));
-    Ok(match status.as_deref() {
-        None => Written::Skipped,
-        Some("held") => Written::Recorded,
-        Some(_) => Written::OverHeldCap,
-    })
 }
 
 /// An invite that flags its sender, in the batch's transaction: the flag, the sender's new
@@ -377,7 +383,13 @@ pub async fn insert_with_flag(
         .await?
         .unwrap_or(assumed);
     if new.status == Status::Held {
-        return insert_held(tx, new, now, held_cap).await;
+        let row = Row {
+            new,
+            assumed: Assumed::state(now),
+            held_cap: Some(held_cap),
+        };
+        let rows = insert_batch(tx, &[row], &Claim::none(1)).await?;
+        return Ok(outcome(new.id, &rows));
     }
     if let Some(key) = &new.idempotency_key {
         let claimed: Option<Uuid> = sqlx::query_scalar(CLAIM_KEY)
