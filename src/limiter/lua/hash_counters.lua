@@ -19,10 +19,6 @@ local function edge_count(total, old, x)
   return total
 end
 
-if m_before == nil then
-  m_before = tonumber(redis.call('HGET', key, 'm')) or false
-end
-
 local h = nil
 local total, base, old, head_count = 0, 0, 0, 0
 local head_stored = nil -- what the head's slot holds now, nil when absent

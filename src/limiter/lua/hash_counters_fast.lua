@@ -9,7 +9,7 @@
 --              window's edge cuts through. The head's count is total - base.
 -- So a counted attempt in the newest sub-window changes only 'm': one HINCRBY, whose answer
 -- carries the whole decision under the harsh edge (lenient and weighted read the head's slot for
--- the oldest count). Everything else reads the state, prunes the sub-windows that left the
+-- the oldest count); a read of a key that does not exist is one HGET. Everything else reads the state, prunes the sub-windows that left the
 -- window and writes it back. A head is only ever written together with the expiry that outlives
 -- it, so the fast path never touches the expiry.
 -- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
@@ -25,7 +25,7 @@ if option == 'lenient' then
   span = RING
 end
 
--- 'm' as it was before this call: nil until read, false when the key had no state.
+-- 'm' as it was before this call (both branches below read it), false when the key had no state.
 local m_before = nil
 if cost > 0 then
   -- The cost goes as the caller's string: a Lua number would be formatted with sprintf.
@@ -61,5 +61,12 @@ if cost > 0 then
         return count * TOTALS + math.ceil(((i + span) * window - a) / 60)
       end
     end
+  end
+else
+  -- A read of a key that holds nothing, as most signals of most senders do: nothing counted,
+  -- nothing to wait for, which the packed answer says as 0.
+  m_before = tonumber(redis.call('HGET', key, 'm')) or false
+  if not m_before then
+    return 0
   end
 end

@@ -4,7 +4,7 @@
 -- rule packs limit * 2^33 + count_over_limit * 2^32 + window_ms (every argument costs Redis a
 -- table slot and a string, every number a strtod). A function returns {allowed (0|1), count,
 -- remaining, retry_after_ms, reset_after_ms}, all integers, or for an attempt a fast path
--- allowed, the single integer count * 2^32 + reset_after_ms.
+-- allowed (or a read found nothing), the single integer count * 2^32 + reset_after_ms.
 -- Each algorithm mirrors src/limiter/algorithms.rs: same state, same integer arithmetic.
 local cost = tonumber(cost_arg)
 local window = rule % 4294967296
