@@ -2,9 +2,10 @@
 //! transaction with one commit ([`crate::batch`]), and each request gets its answer after that
 //! commit. Queued and held invites go in one multi-row statement, so a held one answers as fast
 //! as a queued one; flagging ones (the flag, the sender's new state and the audit entries with
-//! the invite that caused them) follow in the same transaction. When the commit fails, every request of the batch gets the error, so none
-//! is answered 200 unless it is committed. Queued invites are written claimed by this
-//! instance's outbox when it has room for them, and handed to it after the commit.
+//! the invite that caused them) follow in the same transaction. When the commit fails, every
+//! request of the batch gets the error, so none is answered 200 unless it is committed. Queued
+//! invites are written claimed by this instance's outbox when it has room for them, and handed
+//! to it after the commit.
 
 use sqlx::PgPool;
 

@@ -9,9 +9,9 @@
 --              window's edge cuts through. The head's count is total - base.
 -- So a counted attempt in the newest sub-window changes only 'm': one HINCRBY, whose answer
 -- carries the whole decision under the harsh edge (lenient and weighted read the head's slot for
--- the oldest count); a read of a key that does not exist is one HGET. Everything else reads the state, prunes the sub-windows that left the
--- window and writes it back. A head is only ever written together with the expiry that outlives
--- it, so the fast path never touches the expiry.
+-- the oldest count); a read of a key that does not exist is one HGET. Everything else reads the
+-- state, prunes the sub-windows that left the window and writes it back. A head is only ever
+-- written together with the expiry that outlives it, so the fast path never touches the expiry.
 -- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
 -- option: 'harsh' | 'lenient' | 'weighted'.
 local RING = 60
