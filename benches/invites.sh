@@ -122,10 +122,10 @@ pgsql -c "DROP TABLE ceiling"
 
 # 2. Saturation, then 3. a fixed 1,000 requests/s.
 before=$(pgsql -c "SELECT count(*) FROM invites")
-# Function calls Redis served (FCALL), for the calls per invite.
+# Script calls Redis served (EVALSHA and EVAL), for the calls per invite.
 script_calls() {
   redis-cli -u "$redis_url" info commandstats | tr -d '\r' |
-    awk -F'[=,:]' '/^cmdstat_fcall:/ {n += $3} END {print n + 0}'
+    awk -F'[=,:]' '/^cmdstat_(evalsha|eval):/ {n += $3} END {print n + 0}'
 }
 calls_before=$(script_calls)
 export SENDGUARD_API_KEY=$key WRK_THREADS=$threads

@@ -40,7 +40,7 @@ impl BenchRow {
 #[derive(Clone, Copy)]
 enum Work {
     Ping,
-    /// A function that only returns: the ceiling of any FCALL.
+    /// A script that only returns: the ceiling of any EVALSHA.
     Noop,
     Decide(Algorithm),
     /// Distinct recipients counted with HyperLogLogs, the alternative to the exact count.
@@ -52,11 +52,6 @@ enum Work {
 const DISTINCT_LIMIT: u64 = 100;
 
 const HLL_SCRIPT: &str = include_str!("lua/distinct_hll.lua");
-
-/// The library, and its one function, that only returns: loaded for the run, deleted after it.
-const NOOP_LIBRARY: &str = "sgbench_noop";
-const NOOP_SOURCE: &str =
-    "#!lua name=sgbench_noop\nredis.register_function('sgbench_noop', function() return 1 end)";
 
 /// The member a bench decision counts: one of the sender's recipients, spread over the whole
 /// u64 range as a hashed address is (the golden-ratio multiplier).
@@ -82,14 +77,8 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     for _ in 0..cfg.clients {
         stores.push(RedisStore::connect(&cfg.redis).await?);
     }
-    let _: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(NOOP_SOURCE)
-        .query_async(&mut stores[0].connection())
-        .await?;
     let mut rows = Vec::new();
-    let mut works = vec![("noop_function".to_string(), Work::Noop)];
+    let mut works = vec![("noop_script".to_string(), Work::Noop)];
     works.extend(
         Algorithm::ALL
             .into_iter()
@@ -187,6 +176,7 @@ async fn measure(
         };
         tasks.push(tokio::spawn(async move {
             let mut conn = store.connection();
+            let noop = redis::Script::new("return 1");
             let hll = redis::Script::new(HLL_SCRIPT);
             let mut next = keys.iter().cycle().take(calls);
             let mut n: u64 = 0;
@@ -197,11 +187,7 @@ async fn measure(
                         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
                     }
                     Work::Noop => {
-                        let _: i64 = redis::cmd("FCALL")
-                            .arg(NOOP_LIBRARY)
-                            .arg(0)
-                            .query_async(&mut conn)
-                            .await?;
+                        let _: i64 = noop.invoke_async(&mut conn).await?;
                     }
                     Work::Decide(a) => {
                         let Some(key) = next.next() else { break };
@@ -321,11 +307,6 @@ async fn hll_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, Limite
 /// Deletes every key of this run.
 async fn cleanup(store: &RedisStore, prefix: &KeyPrefix) -> Result<(), LimiterError> {
     let mut conn = store.connection();
-    let () = redis::cmd("FUNCTION")
-        .arg("DELETE")
-        .arg(NOOP_LIBRARY)
-        .query_async(&mut conn)
-        .await?;
     let pattern = format!("{}:*", prefix.as_str());
     let mut cursor: u64 = 0;
     // SCAN until the cursor comes back to 0; bounded by the number of keys the run wrote.

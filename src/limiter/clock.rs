@@ -1,6 +1,6 @@
 //! The limiter's clock: this instance's clock set to Redis `TIME`, re-read once a second, so
-//! every call of the limiter's function carries its timestamp instead of asking Redis for the
-//! time (`TIME` was about a fifth of a decision's cost in Redis).
+//! every script call carries its timestamp instead of asking Redis for the time (`TIME` was
+//! about a fifth of a decision's cost in Redis).
 //!
 //! Accuracy: the offset is Redis' time less the midpoint of the round trip that read it, so it
 //! is off by at most half that round trip (tens of microseconds on loopback, well under a

@@ -1,9 +1,9 @@
 //! The rate-limit engine: one interface for a decision, several algorithms, two stores.
 //!
 //! A decision takes a [`Quota`] (limit, window, algorithm, options), a key (subject and rule)
-//! and a cost, counts atomically and answers with a [`Decision`]. The Redis store makes one call
-//! of its Lua function per subject, deciding all of its rules; the in-process store runs the
-//! same state machines from [`algorithms`] behind a mutex.
+//! and a cost, counts atomically and answers with a [`Decision`]. The Redis store runs one Lua
+//! script call per subject, deciding all of its rules; the in-process store runs the same state
+//! machines from [`algorithms`] behind a mutex.
 
 pub mod algorithms;
 pub mod bench;
@@ -215,7 +215,7 @@ pub enum LimiterError {
     Redis(#[from] redis::RedisError),
     #[error("REDIS_URL: {0}")]
     Config(String),
-    #[error("unexpected reply from the limiter's Redis function: {0}")]
+    #[error("unexpected reply from a limiter script: {0}")]
     BadReply(String),
 }
 
@@ -242,7 +242,7 @@ impl Limiter {
             .ok_or_else(|| LimiterError::BadReply("empty batch reply".into()))
     }
 
-    /// Several decisions in one round trip: one function call per subject, pipelined on one server
+    /// Several decisions in one round trip: one script call per subject, pipelined on one server
     /// and concurrent on a cluster; answers in the order of `checks`.
     pub async fn check_batch(
         &self,

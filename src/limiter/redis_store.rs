@@ -1,14 +1,12 @@
-//! The Redis store: one Lua function decides every rule of one subject, called with FCALL.
+//! The Redis store: one Lua script decides every rule of one subject, sent as EVALSHA.
 //!
-//! Every key of one subject carries the subject's hash tag, so one call never spans two cluster
-//! slots. The decisions of one invite are grouped by subject: on a single server every group
-//! goes out in one pipeline, on a cluster one command per group, in parallel. The function's
-//! library is loaded when the store connects (on every primary of a cluster; replicas get it by
-//! replication). Unlike a script run by EVALSHA, a library's code runs once per load, so the
-//! algorithms' functions are made once, not on every call (a tenth of a call's cost in Redis).
-//! A group answered "Function not found" (the server restarted without persistence, its
-//! functions were flushed, or a slot moved to a node that never saw them) did not run: the
-//! library is loaded again and the group sent again, so nothing is counted twice or lost.
+//! Every key of one subject carries the subject's hash tag, so one script call never spans two
+//! cluster slots. The decisions of one invite are grouped by subject: on a single server every
+//! group goes out in one pipeline, on a cluster one command per group, in parallel. The script
+//! is loaded when the store connects (on every node of a cluster); a group answered NOSCRIPT
+//! (the server restarted, its script cache was flushed, or a slot moved to a node that never saw
+//! the script) is sent again as EVAL, which also loads the script there, so nothing is counted
+//! twice or lost.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,20 +37,16 @@ impl RedisSettings {
     }
 }
 
-/// The one library: each algorithm as a function (`prelude.lua`, its fast path if it has one,
-/// `helpers.lua`, its body) made by `algorithm(code)` when a rule first asks for it and kept
-/// while the library is loaded, after the library's head (`decide_head.lua`) and before the
-/// dispatcher it registers (`decide_tail.lua`).
-struct Library {
+/// The one script: each algorithm as a function (`prelude.lua`, its fast path if it has one,
+/// `helpers.lua`, its body) made by `algorithm(code)`, between the clock (`decide_head.lua`) and
+/// the dispatcher (`decide_tail.lua`).
+struct Script {
     source: String,
-    /// The function's name: `decide_` and the library's version, the first 12 hex digits of
-    /// its code's SHA-1. Instances of different versions (a rolling upgrade) each call their
-    /// own; the library is `sendguard_` and the same version.
-    function: String,
+    sha: String,
 }
 
-impl Library {
-    fn new() -> Library {
+impl Script {
+    fn new() -> Script {
         let algorithms = [
             (
                 "h",
@@ -65,26 +59,23 @@ impl Library {
             ("l", "", include_str!("lua/sliding_log.lua")),
             ("d", "", include_str!("lua/distinct.lua")),
         ];
-        let mut code = String::from(include_str!("lua/decide_head.lua"));
-        code.push_str(
+        // Creating a function costs an allocation each time the script runs past its
+        // definition, so each algorithm's function is made only when a rule asks for it.
+        let mut source = String::from(include_str!("lua/decide_head.lua"));
+        source.push_str(
             "local made = {}\nlocal function algorithm(code)\n  local f = made[code]\n  if f then\n    return f\n  end\n",
         );
-        for (name, fast, body) in algorithms {
-            code.push_str(&format!(
-                "  if code == '{name}' then\n    f = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n  end\n",
+        for (code, fast, body) in algorithms {
+            source.push_str(&format!(
+                "  if code == '{code}' then\n    f = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n  end\n",
                 include_str!("lua/prelude.lua"),
                 include_str!("lua/helpers.lua"),
             ));
         }
-        code.push_str("  made[code] = f\n  return f\nend\n");
-        code.push_str(include_str!("lua/decide_tail.lua"));
-        // The SHA-1 the redis crate computes for a script's EVALSHA name.
-        let sha = redis::Script::new(&code).get_hash().to_owned();
-        let version = &sha[..12];
-        let function = format!("decide_{version}");
-        let source =
-            format!("#!lua name=sendguard_{version}\nlocal FUNCTION = '{function}'\n{code}");
-        Library { source, function }
+        source.push_str("  made[code] = f\n  return f\nend\n");
+        source.push_str(include_str!("lua/decide_tail.lua"));
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        Script { source, sha }
     }
 }
 
@@ -106,7 +97,7 @@ fn code_and_option(check: &Check<'_>) -> (&'static str, Option<&'static str>) {
 #[derive(Clone)]
 pub struct RedisStore {
     conn: RedisConnection,
-    library: Arc<Library>,
+    script: Arc<Script>,
     clock: Clock,
 }
 
@@ -117,15 +108,15 @@ struct Group<'c> {
 }
 
 impl RedisStore {
-    /// Connects, loads the library and sets the clock to Redis `TIME`.
+    /// Connects, loads the script and sets the clock to Redis `TIME`.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, LimiterError> {
         let conn = RedisConnection::open(settings).await?;
         let store = RedisStore {
             clock: Clock::synced_to(&conn).await?,
             conn,
-            library: Arc::new(Library::new()),
+            script: Arc::new(Script::new()),
         };
-        store.load_library().await?;
+        store.load_script().await?;
         Ok(store)
     }
 
@@ -134,21 +125,33 @@ impl RedisStore {
         self.conn.clone()
     }
 
-    async fn load_library(&self) -> Result<(), LimiterError> {
-        // A cluster sends FUNCTION LOAD to every primary.
-        redis::cmd("FUNCTION")
+    async fn load_script(&self) -> Result<(), LimiterError> {
+        // A cluster sends SCRIPT LOAD to every node.
+        let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg("REPLACE")
-            .arg(&self.library.source)
-            .query_async::<Value>(&mut self.conn.clone())
+            .arg(&self.script.source)
+            .query_async(&mut self.conn.clone())
             .await?;
+        if self.script.sha != sha {
+            return Err(LimiterError::BadReply(format!(
+                "SCRIPT LOAD returned {sha}, expected {}",
+                self.script.sha
+            )));
+        }
         Ok(())
     }
 
-    /// One function call deciding every check of a group, at `now` (ms).
-    fn command(&self, checks: &[Check<'_>], group: &Group<'_>, now: u64) -> Cmd {
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&self.library.function);
+    /// One script call deciding every check of a group, at `now` (ms).
+    fn command(&self, checks: &[Check<'_>], group: &Group<'_>, now: u64, by_source: bool) -> Cmd {
+        let mut cmd = if by_source {
+            let mut c = redis::cmd("EVAL");
+            c.arg(&self.script.source);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&self.script.sha);
+            c
+        };
         let logs = group
             .members
             .iter()
@@ -176,7 +179,7 @@ impl RedisStore {
         cmd
     }
 
-    /// Every check, one function call per subject; answers in the order of `checks`. Without
+    /// Every check, one script call per subject; answers in the order of `checks`. Without
     /// `at_ms` the time is this instance's clock, set to Redis `TIME` ([`Clock`]).
     pub async fn check_batch(
         &self,
@@ -189,50 +192,42 @@ impl RedisStore {
             // One subject goes out as a plain command: no pipeline to build or unpack.
             let mut conn = self.conn.clone();
             vec![
-                self.command(checks, group, now)
+                self.command(checks, group, now, false)
                     .query_async::<Value>(&mut conn)
                     .await,
             ]
         } else {
             let cmds: Vec<Cmd> = groups
                 .iter()
-                .map(|group| self.command(checks, group, now))
+                .map(|group| self.command(checks, group, now, false))
                 .collect();
             self.conn.send_all(cmds).await?
         };
-        // A call that did not run is sent again, alone: after loading the library where the
-        // node lacks it, after a pause where its slot is moving between nodes. Calls that ran
-        // are never sent twice, so a batch that partly failed counts nothing twice.
+        // A call that did not run is sent again, alone: as EVAL where the node lacks the script,
+        // after a pause where its slot is moving between nodes. Calls that ran are never sent
+        // twice, so a batch that partly failed counts nothing twice.
         for attempt in 1..=RESENDS {
-            let again: Vec<usize> = replies
+            let again: Vec<(usize, bool)> = replies
                 .iter()
                 .enumerate()
                 .filter_map(|(n, reply)| match reply {
-                    Err(e) if is_unloaded(e) || is_moving(e) => Some(n),
+                    Err(e) if is_noscript(e) => Some((n, true)),
+                    Err(e) if is_moving(e) => Some((n, false)),
                     _ => None,
                 })
                 .collect();
             if again.is_empty() {
                 break;
             }
-            if again
-                .iter()
-                .any(|&n| matches!(&replies[n], Err(e) if is_unloaded(e)))
-            {
-                self.load_library().await?;
-            }
-            if again
-                .iter()
-                .any(|&n| matches!(&replies[n], Err(e) if is_moving(e)))
-            {
+            if again.iter().any(|&(_, by_source)| !by_source) {
                 tokio::time::sleep(MOVE_PAUSE * attempt).await;
             }
             let cmds: Vec<Cmd> = again
                 .iter()
-                .map(|&n| self.command(checks, &groups[n], now))
+                .map(|&(n, by_source)| self.command(checks, &groups[n], now, by_source))
                 .collect();
             let retried = self.conn.send_all(cmds).await?;
-            for (n, reply) in again.into_iter().zip(retried) {
+            for ((n, _), reply) in again.into_iter().zip(retried) {
                 replies[n] = reply;
             }
         }
@@ -300,11 +295,9 @@ fn packed_rule(q: &Quota) -> u64 {
     (q.limit << 33) | (u64::from(q.count_over_limit) << 32) | q.window_ms
 }
 
-/// The node has no such function: the call did not run, so sending it again, once the library
-/// is loaded, counts it once.
-fn is_unloaded(e: &redis::RedisError) -> bool {
-    e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
-        && e.detail() == Some("Function not found")
+/// NOSCRIPT: the script did not run, so sending it again counts it once.
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 /// A cluster's answer while a slot moves (or its nodes still disagree where it is): the
@@ -326,9 +319,9 @@ fn is_moving(e: &redis::RedisError) -> bool {
 const RESENDS: u32 = 4;
 const MOVE_PAUSE: Duration = Duration::from_millis(25);
 
-/// Parses a function's `{allowed, count, remaining, retry_after_ms, reset_after_ms}`, or the
-/// single integer `count * 2^32 + reset_after_ms` of an attempt a fast path allowed or a read of
-/// an empty key (one integer costs Redis far less to hand back than an array).
+/// Parses a script's `{allowed, count, remaining, retry_after_ms, reset_after_ms}`, or the single
+/// integer `count * 2^32 + reset_after_ms` of an attempt a fast path allowed or of a read of an
+/// empty key (one integer costs Redis far less to hand back than an array).
 fn parse_reply(quota: &Quota, reply: Value) -> Result<Decision, LimiterError> {
     let bad = |reply: &Value| LimiterError::BadReply(format!("{reply:?}"));
     if let Value::Int(packed) = reply {

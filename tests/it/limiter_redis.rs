@@ -1,5 +1,5 @@
 //! The limiter against the real Redis: the race, expiry of every key, the size of a hash, and
-//! recovery from a lost function library.
+//! recovery from a flushed script cache.
 
 use std::sync::Arc;
 
@@ -120,43 +120,27 @@ async fn an_hourly_hash_stays_small() {
     }
 }
 
-/// After Redis lost the limiter's function library (a restart without persistence, a
-/// `FUNCTION DELETE`), the next decision still runs, once: the library is loaded again.
+/// After `SCRIPT FLUSH` the next decision still runs, once: NOSCRIPT falls back to EVAL.
 #[tokio::test]
-async fn a_lost_function_library_is_loaded_again() {
+async fn a_flushed_script_cache_is_reloaded() {
     let store = crate::support::redis_store().await;
     let limiter = Limiter::Redis(store.clone());
     let quota = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
     let other = Quota::new(5, 3600, Algorithm::SlidingLog);
-    let prefix = crate::support::unique_prefix("unloaded");
+    let prefix = crate::support::unique_prefix("noscript");
     let key = prefix.key("sender:x", "a", &quota);
     let key2 = prefix.key("sender:x", "b", &other);
     let at = Some(now_ms());
     limiter.check(&key, &quota, 1, at).await.expect("first");
-    let libraries: Vec<std::collections::HashMap<String, redis::Value>> = crate::support::query(
-        &store,
-        redis::cmd("FUNCTION")
-            .arg("LIST")
-            .arg("LIBRARYNAME")
-            .arg("sendguard_*"),
-    )
-    .await;
-    assert!(!libraries.is_empty(), "the store loaded its library");
-    for library in libraries {
-        let name: String = redis::from_redis_value(library["library_name"].clone()).expect("name");
-        let () =
-            crate::support::query(&store, redis::cmd("FUNCTION").arg("DELETE").arg(name)).await;
-    }
+    let () = crate::support::query(&store, redis::cmd("SCRIPT").arg("FLUSH")).await;
     let checks = [
         sendguard::limiter::Check::new(&key, &quota, 1),
         sendguard::limiter::Check::new(&key2, &other, 2),
     ];
-    let out = limiter
-        .check_batch(&checks, at)
-        .await
-        .expect("after the loss");
-    assert_eq!(out[0].count, 2, "counted once after the loss");
+    let out = limiter.check_batch(&checks, at).await.expect("after flush");
+    assert_eq!(out[0].count, 2, "counted once after the flush");
     assert_eq!(out[1].count, 2);
+    // And EVALSHA works again: the fallback loaded the script.
     let d = limiter.check(&key, &quota, 1, at).await.expect("again");
     assert_eq!(d.count, 3);
     limiter

@@ -1,5 +1,5 @@
--- The limiter's Redis function library: every rule of one subject decided in one call, its
--- keys all under the subject's hash tag, so in one cluster slot. The algorithms follow as local
--- functions of the library, each made once per load, when a rule first asks for it; each
--- mirrors src/limiter/algorithms.rs. decide_tail.lua registers the function that dispatches.
-local now -- the call's time in ms, set before any algorithm runs
+-- Every rule of one subject decided in one call: all its keys share the subject's hash tag, so
+-- they live in one cluster slot. ARGV[1] is the time in ms (the caller's clock, set to Redis
+-- TIME, see clock.rs), then four arguments per rule (decide_tail.lua). The algorithms follow
+-- as local functions; each mirrors src/limiter/algorithms.rs.
+local now = tonumber(ARGV[1])
