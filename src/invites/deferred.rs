@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::validate::ValidInvite;
@@ -47,7 +46,7 @@ impl InviteService {
                 store::flag(&mut tx, &sender, b, Some(row.id), self.confirm_repeat).await?;
             }
             let mut decision = d.decision;
-            decision["deferred"] = json!(true);
+            decision.deferred = true;
             store::settle_deferred(&mut tx, row, d.status, &decision).await?;
             decided += 1;
         }

@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::policy::{Breach, Status};
+use super::policy::{Breach, DecisionRecord, Status};
 use super::validate::ValidInvite;
 use crate::moderation::{self, Flag, SenderState, Standing};
 use crate::rules::Action;
@@ -29,7 +29,7 @@ pub struct NewInvite {
     /// The sender's address group (IPv6 by /64), when the app named its address.
     pub address: Option<String>,
     pub status: Status,
-    pub decision: Value,
+    pub decision: DecisionRecord,
     pub idempotency_key: Option<String>,
     pub request_hash: Arc<[u8]>,
 }
@@ -246,7 +246,11 @@ pub async fn insert_batch(
     .bind(col(|new| new.invite.message.as_deref()))
     .bind(col(|new| new.invite.sender_name.as_deref()))
     .bind(col(|new| Some(new.status.as_str())))
-    .bind(rows.iter().map(|row| &row.new.decision).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|row| Json(&row.new.decision))
+            .collect::<Vec<_>>(),
+    )
     .bind(col(|new| new.idempotency_key.as_deref()))
     .bind(
         rows.iter()
@@ -343,7 +347,7 @@ fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
         .bind(&invite.message)
         .bind(&invite.sender_name)
         .bind(new.status.as_str())
-        .bind(&new.decision)
+        .bind(Json(&new.decision))
 }
 
 /// An invite that flags its sender, in the batch's transaction: the flag, the sender's new
@@ -473,7 +477,7 @@ pub async fn settle_deferred(
     tx: &mut Transaction<'_, Postgres>,
     invite: &DeferredInvite,
     status: Status,
-    decision: &Value,
+    decision: &DecisionRecord,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE invites SET status = $2, decision = $3,
@@ -482,7 +486,7 @@ pub async fn settle_deferred(
     )
     .bind(invite.id)
     .bind(status.as_str())
-    .bind(decision)
+    .bind(Json(decision))
     .execute(&mut **tx)
     .await?;
     if status == Status::Held {
