@@ -55,9 +55,12 @@ const FORM_BODY: usize = 64 * 1024;
 /// Key lookups in the database at once (of a pool of 16 connections).
 const KEY_LOOKUPS: usize = 4;
 
-/// The state of the whole router; each handler takes the part it needs.
-#[derive(Clone, FromRef)]
-struct AppState {
+/// The state of the whole router, behind one reference count: axum clones it for every
+/// request. Each handler takes the part it needs.
+#[derive(Clone)]
+struct AppState(Arc<Parts>);
+
+struct Parts {
     invites: invites::http::InviteApi,
     events: outcomes::http::Events,
     api_keys: http::ApiKeys,
@@ -66,6 +69,27 @@ struct AppState {
     trusted: http::TrustedProxies,
     ops: ops::Ops,
 }
+
+/// `State<Part>` for each part of [`Parts`].
+macro_rules! from_parts {
+    ($($field:ident: $part:ty),* $(,)?) => {
+        $(impl FromRef<AppState> for $part {
+            fn from_ref(state: &AppState) -> $part {
+                state.0.$field.clone()
+            }
+        })*
+    };
+}
+
+from_parts!(
+    invites: invites::http::InviteApi,
+    events: outcomes::http::Events,
+    api_keys: http::ApiKeys,
+    dashboard: admin::Dashboard,
+    recipients: recipients::pages::RecipientPages,
+    trusted: http::TrustedProxies,
+    ops: ops::Ops,
+);
 
 /// The public router: the API, the dashboard and the probes, each group with its own budget
 /// of requests in flight and its own body bound.
@@ -149,9 +173,9 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
         services.limiter.clone(),
         services.metrics.clone(),
     );
-    let state = AppState {
+    let state = AppState(Arc::new(Parts {
         invites: invites::http::InviteApi {
-            service: services.invites.clone(),
+            service: Arc::new(services.invites.clone()),
             apps: services.apps.clone(),
         },
         events: outcomes::http::Events {
@@ -171,7 +195,7 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
         },
         trusted: services.trusted.clone(),
         ops: ops.clone(),
-    };
+    }));
     let app = router(state, cfg, &services.metrics);
     startup::launch(cfg, services, app, metrics_router(ops)).await
 }

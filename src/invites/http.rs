@@ -1,6 +1,8 @@
 //! `POST /api/v1/invites`: parse, call the flow, map the outcome; and how the flow's errors
 //! become API answers.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -39,7 +41,8 @@ pub enum AcceptedStatus {
 /// What the handler needs.
 #[derive(Clone)]
 pub struct InviteApi {
-    pub service: InviteService,
+    /// Shared: the handler's state is cloned for every request.
+    pub service: Arc<InviteService>,
     pub apps: AppCache,
 }
 
