@@ -45,13 +45,22 @@ pub async fn create_if_missing(url: &str) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Options for `url`, named `part` in `pg_stat_activity` unless the URL names the application.
+fn options(url: &str, part: &str) -> Result<PgConnectOptions, DbError> {
+    let options = PgConnectOptions::from_str(url)?;
+    Ok(match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name(part),
+    })
+}
+
 /// A pool sized for this machine, on a database that exists and is migrated.
 pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
     create_if_missing(url).await?;
     let pool = PgPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(std::time::Duration::from_secs(3))
-        .connect(url)
+        .connect_with(options(url, "sendguard")?)
         .await?;
     MIGRATOR.run(&pool).await?;
     Ok(pool)
@@ -65,7 +74,7 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
 /// server fails the batch it serves, whose requests are answered 503, and is then replaced.
 pub async fn connect_for_batches(url: &str, size: u32) -> Result<PgPool, DbError> {
     let options =
-        PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
+        options(url, "sendguard-batches")?.options([("plan_cache_mode", "force_generic_plan")]);
     Ok(PgPoolOptions::new()
         .max_connections(size)
         .test_before_acquire(false)

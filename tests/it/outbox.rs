@@ -127,11 +127,17 @@ async fn an_invite_claimed_by_a_dead_instance_is_sent_when_its_lease_expires() {
     })
     .await;
     assert!(sent, "the expired claim was not taken over");
-    let claimed_by: Option<String> = sqlx::query_scalar("SELECT claimed_by FROM invites")
-        .fetch_one(&pool)
-        .await
-        .expect("invite");
-    assert_eq!(claimed_by, None);
+    // The row is marked after the message left, in its own statement.
+    let released = wait_for(Duration::from_secs(10), || async {
+        let (status, claimed_by): (String, Option<String>) =
+            sqlx::query_as("SELECT status, claimed_by FROM invites")
+                .fetch_one(&pool)
+                .await
+                .expect("invite");
+        status == "sent" && claimed_by.is_none()
+    })
+    .await;
+    assert!(released, "the sent invite keeps a claim");
     drop(key);
 }
 

@@ -215,9 +215,10 @@ where
 }
 
 /// Waits up to 15 s until `db` has no more than `left` connections open (a backend reports its
-/// statistics as it closes); returns whether it came down to that.
+/// statistics as it closes); returns whether it came down to that, and prints the connections
+/// still open when it did not.
 pub async fn connections_down_to(db: &str, left: i64) -> bool {
-    wait_for(Duration::from_secs(15), || async {
+    let closed = wait_for(Duration::from_secs(15), || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
             .bind(db)
             .fetch_one(&mut admin().await)
@@ -225,7 +226,22 @@ pub async fn connections_down_to(db: &str, left: i64) -> bool {
             .expect("pg_stat_activity")
             <= left
     })
-    .await
+    .await;
+    if !closed {
+        let open: Vec<(String, String, String, String)> = sqlx::query_as(
+            "SELECT application_name, coalesce(state, ''), backend_start::text, left(query, 120)
+             FROM pg_stat_activity WHERE datname = $1",
+        )
+        .bind(db)
+        .fetch_all(&mut admin().await)
+        .await
+        .expect("pg_stat_activity");
+        eprintln!("connections still open on {db} (application, state, since, last query):");
+        for connection in open {
+            eprintln!("  {connection:?}");
+        }
+    }
+    closed
 }
 
 /// Invites still waiting for the outbox.
