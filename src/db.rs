@@ -1,9 +1,11 @@
 //! The Postgres pool: created database, applied migrations.
 
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::{ConnectOptions, Connection, PgPool, Postgres};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -72,13 +74,50 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
 /// insert cost about as much as running it for a small batch. A connection is not pinged
 /// before each batch (a round trip, as long as the batch's own statement): one lost with the
 /// server fails the batch it serves, whose requests are answered 503, and is then replaced.
-pub async fn connect_for_batches(url: &str, size: u32) -> Result<PgPool, DbError> {
+pub async fn connect_for_batches(url: &str, size: u32) -> Result<BatchConnections, DbError> {
     let options =
         options(url, "sendguard-batches")?.options([("plan_cache_mode", "force_generic_plan")]);
-    Ok(PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(size)
         .test_before_acquire(false)
         .acquire_timeout(std::time::Duration::from_secs(3))
         .connect_with(options)
-        .await?)
+        .await?;
+    Ok(BatchConnections {
+        pool,
+        kept: Arc::default(),
+    })
+}
+
+/// The batch pool's connections, kept between batches: sqlx pings every connection given back
+/// to its pool, a round trip per batch that a connection in steady use does not need. Only a
+/// connection whose batch succeeded is kept; one that failed goes back to the pool, whose ping
+/// closes it if it is broken.
+#[derive(Clone)]
+pub struct BatchConnections {
+    pool: PgPool,
+    kept: Arc<Mutex<Vec<PoolConnection<Postgres>>>>,
+}
+
+impl BatchConnections {
+    /// A kept connection, or one from the pool.
+    pub async fn take(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match kept {
+            Some(conn) => Ok(conn),
+            None => self.pool.acquire().await,
+        }
+    }
+
+    /// Keeps a connection whose last use succeeded for the next batch.
+    pub fn keep(&self, conn: PoolConnection<Postgres>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
+    }
 }

@@ -7,11 +7,12 @@
 //! invites are written claimed by this instance's outbox when it has room for them, and handed
 //! to it after the commit.
 
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection};
 
 use super::policy::{Breach, Status};
 use super::store::{self, Assumed, Claim, NewInvite, Row, Written, WrittenRow};
 use crate::batch::{BatchError, Batcher};
+use crate::db::BatchConnections;
 use crate::mail::{Handoff, Outgoing, Slot};
 use crate::moderation::SenderState;
 use crate::sender::SenderKey;
@@ -46,10 +47,15 @@ pub struct Writer(Batcher<Job, Written>);
 impl Writer {
     /// Starts `writers` writing tasks on `pool` (`SENDGUARD_DB_WRITERS`), handing queued
     /// invites to `outbox`.
-    pub fn start(pool: PgPool, writers: usize, outbox: Handoff) -> Writer {
+    pub fn start(connections: BatchConnections, writers: usize, outbox: Handoff) -> Writer {
         Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
-            let (pool, outbox) = (pool.clone(), outbox.clone());
-            async move { commit(&pool, &outbox, &batch).await }
+            let (connections, outbox) = (connections.clone(), outbox.clone());
+            async move {
+                let mut conn = connections.take().await?;
+                let written = commit(&mut conn, &outbox, &batch).await?;
+                connections.keep(conn);
+                Ok(written)
+            }
         }))
     }
 
@@ -63,7 +69,7 @@ impl Writer {
 /// one, then one commit. Without flagging invites the statement is the whole write, atomic
 /// without a transaction of its own.
 async fn commit(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     outbox: &Handoff,
     batch: &[Job],
 ) -> Result<Vec<Written>, sqlx::Error> {
@@ -95,15 +101,14 @@ async fn commit(
         rows: slots.iter().map(Option::is_some).collect(),
     };
     if rows.len() == batch.len() {
-        let mut conn = pool.acquire().await?;
-        let written = store::insert_batch(&mut conn, &rows, &claim).await?;
+        let written = store::insert_batch(conn, &rows, &claim).await?;
         hand_over(&rows, slots, &written);
         return Ok(batch
             .iter()
             .map(|job| store::outcome(job.new.id, &written))
             .collect());
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = conn.begin().await?;
     // Flagging invites lock their senders one by one, after the batch statement: the senders
     // of the whole batch are locked first, in key order, so that two instances' batches never
     // wait on each other in a circle.

@@ -6,12 +6,13 @@ pub mod senders;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::audit::{self, Entry};
 use crate::batch::{BatchError, Batcher};
 use crate::cache::TtlCache;
+use crate::db::BatchConnections;
 use crate::sender::SenderKey;
 use crate::webhooks::{self, EventType};
 
@@ -102,12 +103,17 @@ pub struct SenderStates {
 }
 
 impl SenderStates {
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(connections: BatchConnections) -> Self {
         SenderStates {
             cache: TtlCache::new(Duration::from_secs(60), 200_000),
             reads: Batcher::start(MAX_READ, READERS, move |senders| {
-                let pool = pool.clone();
-                async move { stored_standings(&pool, &senders).await }
+                let connections = connections.clone();
+                async move {
+                    let mut conn = connections.take().await?;
+                    let standings = stored_standings(&mut conn, &senders).await?;
+                    connections.keep(conn);
+                    Ok(standings)
+                }
             }),
         }
     }
@@ -134,13 +140,14 @@ impl SenderStates {
 
 /// The sender's standing as stored now; a sender never seen is active.
 pub async fn stored_standing(pool: &PgPool, sender: &SenderKey) -> Result<Standing, sqlx::Error> {
-    let mut one = stored_standings(pool, std::slice::from_ref(sender)).await?;
+    let mut conn = pool.acquire().await?;
+    let mut one = stored_standings(&mut conn, std::slice::from_ref(sender)).await?;
     Ok(one.pop().unwrap_or(Standing::UNSEEN))
 }
 
 /// The standings of several senders in one query, in their order.
 async fn stored_standings(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     senders: &[SenderKey],
 ) -> Result<Vec<Standing>, sqlx::Error> {
     #[derive(sqlx::FromRow)]
@@ -160,7 +167,7 @@ async fn stored_standings(
     )
     .bind(senders.iter().map(|s| s.app_id).collect::<Vec<_>>())
     .bind(senders.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await?;
     let mut standings = vec![Standing::UNSEEN; senders.len()];
     for f in found {
