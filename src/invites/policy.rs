@@ -1,6 +1,8 @@
 //! The decision policy (DESIGN.md §3a): what the checked rules make of one invite. Pure: no
 //! I/O, so every verdict is tested below.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::config::RedisPolicy;
@@ -32,7 +34,7 @@ impl Status {
 /// A rule checked for one invite, with the limiter's answer.
 #[derive(Debug, Clone)]
 pub struct Checked {
-    pub rule: Rule,
+    pub rule: Arc<Rule>,
     pub decision: Decision,
 }
 
@@ -292,7 +294,7 @@ mod tests {
     fn checked(name: &str, action: Action, limit: u64, count: u64) -> Checked {
         let allowed = count <= limit;
         Checked {
-            rule: rule(name, action, limit),
+            rule: Arc::new(rule(name, action, limit)),
             decision: Decision {
                 allowed,
                 count,

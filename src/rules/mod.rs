@@ -308,26 +308,31 @@ pub async fn find(pool: &PgPool, id: i64) -> Result<Option<Rule>, RuleError> {
     row.map(Rule::try_from).transpose()
 }
 
+fn shared(rules: Vec<Rule>) -> Vec<Arc<Rule>> {
+    rules.into_iter().map(Arc::new).collect()
+}
+
 /// The rules in force in this process.
 #[derive(Clone)]
 pub struct RuleCache {
-    rules: Arc<ArcSwap<Vec<Rule>>>,
+    rules: Arc<ArcSwap<Vec<Arc<Rule>>>>,
 }
 
 impl RuleCache {
     pub async fn load(pool: &PgPool) -> Result<Self, RuleError> {
         Ok(RuleCache {
-            rules: Arc::new(ArcSwap::from_pointee(load_all(pool).await?)),
+            rules: Arc::new(ArcSwap::from_pointee(shared(load_all(pool).await?))),
         })
     }
 
     /// Every rule, enabled or not.
     pub fn all(&self) -> Vec<Rule> {
-        self.rules.load().to_vec()
+        self.rules.load().iter().map(|r| Rule::clone(r)).collect()
     }
 
-    /// The enabled rules.
-    pub fn enabled(&self) -> Vec<Rule> {
+    /// The enabled rules, shared: every invite reads them, and copying each rule's strings
+    /// for every invite showed in the profile.
+    pub fn enabled(&self) -> Vec<Arc<Rule>> {
         self.rules
             .load()
             .iter()
@@ -340,6 +345,7 @@ impl RuleCache {
     pub async fn reload(&self, pool: &PgPool) {
         match load_all(pool).await {
             Ok(rules) => {
+                let rules = shared(rules);
                 if **self.rules.load() != rules {
                     tracing::info!(rules = rules.len(), "rules reloaded");
                     self.rules.store(Arc::new(rules));
