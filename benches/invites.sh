@@ -20,6 +20,7 @@ secs=${1:-15}
 conns=${2:-32}
 threads=2
 port=${BENCH_PORT:-18080}
+metrics_port=$((port + 1))
 redis_url=${REDIS_URL:-redis://127.0.0.1:6379}
 db=sendguard_bench
 db_url=postgres://postgres@127.0.0.1:5432/$db
@@ -44,7 +45,7 @@ pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
 serve_pid=
 start_serve() {
   DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix SENDGUARD_GLOBAL_FLUSH_MS=$1 \
-    SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_METRICS_LISTEN=127.0.0.1:0 SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
+    SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_METRICS_LISTEN=127.0.0.1:$metrics_port SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
     $bin serve >/dev/null 2>>"$mail.log" &
   serve_pid=$!
   for _ in $(seq 1 100); do
@@ -128,10 +129,19 @@ script_calls() {
     awk -F'[=,:]' '/^cmdstat_(evalsha|eval):/ {n += $3} END {print n + 0}'
 }
 calls_before=$(script_calls)
+# The service's own latency histograms, for where a request waits: summed over the phase.
+waited() {
+  curl -fs "http://127.0.0.1:$metrics_port/metrics" |
+    awk '/^sendguard_(http_request|postgres|redis)_seconds_(sum|count)/ {
+      name = $1; sub(/\{.*/, "", name); total[name] += $2 }
+      END { for (n in total) printf "%s=%s ", n, total[n] }'
+}
+waits_before=$(waited)
 export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
 sat_out=$(measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 after=$(pgsql -c "SELECT count(*) FROM invites")
 calls_after=$(script_calls)
+waits_after=$(waited)
 paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
 stop_serve
@@ -179,6 +189,15 @@ echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invi
 awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
   'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
 echo "redis bytes per active sender (all counter keys: sender, IP, recipient, global; 1 in 50 sampled): $((redis_bytes / (sampled > 0 ? sampled : 1) * keys / (senders > 0 ? senders : 1)))"
+# Mean time per request in the saturation phase: the whole request (invites route and every
+# other), the writer (queue, batch statement, commit) and the rules' Redis calls.
+mean_ms() {
+  awk -v b="$(field "${1}_sum" "$waits_before")" -v a="$(field "${1}_sum" "$waits_after")" \
+    -v cb="$(field "${1}_count" "$waits_before")" -v ca="$(field "${1}_count" "$waits_after")" \
+    'BEGIN { printf "%.2f", (ca > cb ? (a - b) * 1000 / (ca - cb) : 0) }'
+}
+echo "mean ms per request at saturation: whole request $(mean_ms sendguard_http_request_seconds)," \
+  "waiting on the writer $(mean_ms sendguard_postgres_seconds), on Redis $(mean_ms sendguard_redis_seconds)"
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
   'BEGIN { printf "cpu ms per 1,000 invites at saturation: sendguard %.0f, postgres %.0f, redis %.0f\n", s * n * 1e6 / rps, p * n * 1e6 / rps, r * n * 1e6 / rps }'
