@@ -1,8 +1,8 @@
 //! The rate-limit engine: one interface for a decision, several algorithms, two stores.
 //!
 //! A decision takes a [`Quota`] (limit, window, algorithm, options), a key (subject and rule)
-//! and a cost, counts atomically and answers with a [`Decision`]. The Redis store runs one Lua
-//! script call per subject, deciding all of its rules; the in-process store runs the same state
+//! and a cost, counts atomically and answers with a [`Decision`]. The Redis store decides a
+//! batch of rules in one Lua script call (on a cluster one call per subject); the in-process store runs the same state
 //! machines from [`algorithms`] behind a mutex.
 
 pub mod algorithms;
@@ -242,8 +242,8 @@ impl Limiter {
             .ok_or_else(|| LimiterError::BadReply("empty batch reply".into()))
     }
 
-    /// Several decisions in one round trip: one script call per subject, pipelined on one server
-    /// and concurrent on a cluster; answers in the order of `checks`.
+    /// Several decisions in one round trip: one script call on a single server, one call per
+    /// subject, concurrent, on a cluster; answers in the order of `checks`.
     pub async fn check_batch(
         &self,
         checks: &[Check<'_>],

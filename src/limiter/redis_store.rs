@@ -1,8 +1,10 @@
-//! The Redis store: one Lua script decides every rule of one subject, sent as EVALSHA.
+//! The Redis store: one Lua script decides a batch of rules, sent as EVALSHA.
 //!
-//! Every key of one subject carries the subject's hash tag, so one script call never spans two
-//! cluster slots. The decisions of one invite are grouped by subject: on a single server every
-//! group goes out in one pipeline, on a cluster one command per group, in parallel. The script
+//! Every key of one subject carries the subject's hash tag, so its keys share a cluster slot. On
+//! a cluster the decisions of one invite are grouped by subject, one command per group, in
+//! parallel, so that no call spans two slots. A single server takes any keys in one script, so
+//! there every decision of the invite goes in one call: each EVALSHA has a fixed cost in Redis
+//! (the call, its key and argument tables) that is a large part of a small script's. The script
 //! is loaded when the store connects (on every node of a cluster); a group answered NOSCRIPT
 //! (the server restarted, its script cache was flushed, or a slot moved to a node that never saw
 //! the script) is sent again as EVAL, which also loads the script there, so nothing is counted
@@ -101,9 +103,8 @@ pub struct RedisStore {
     clock: Clock,
 }
 
-/// The decisions of one subject: their places in the caller's batch.
-struct Group<'c> {
-    tag: &'c str,
+/// The decisions of one script call: their places in the caller's batch.
+struct Group {
     members: Vec<usize>,
 }
 
@@ -142,7 +143,7 @@ impl RedisStore {
     }
 
     /// One script call deciding every check of a group, at `now` (ms).
-    fn command(&self, checks: &[Check<'_>], group: &Group<'_>, now: u64, by_source: bool) -> Cmd {
+    fn command(&self, checks: &[Check<'_>], group: &Group, now: u64, by_source: bool) -> Cmd {
         let mut cmd = if by_source {
             let mut c = redis::cmd("EVAL");
             c.arg(&self.script.source);
@@ -179,7 +180,8 @@ impl RedisStore {
         cmd
     }
 
-    /// Every check, one script call per subject; answers in the order of `checks`. Without
+    /// Every check, in one script call on a single server or one per subject on a cluster;
+    /// answers in the order of `checks`. Without
     /// `at_ms` the time is this instance's clock, set to Redis `TIME` ([`Clock`]).
     pub async fn check_batch(
         &self,
@@ -187,9 +189,13 @@ impl RedisStore {
         at_ms: Option<u64>,
     ) -> Result<Vec<Decision>, LimiterError> {
         let now = at_ms.unwrap_or_else(|| self.clock.now_ms());
-        let groups = group_by_subject(checks);
+        let groups = if self.conn.is_cluster() {
+            group_by_subject(checks)
+        } else {
+            one_group(checks)
+        };
         let mut replies = if let [group] = groups.as_slice() {
-            // One subject goes out as a plain command: no pipeline to build or unpack.
+            // One call goes out as a plain command: no pipeline to build or unpack.
             let mut conn = self.conn.clone();
             vec![
                 self.command(checks, group, now, false)
@@ -271,19 +277,26 @@ impl RedisStore {
 }
 
 /// The checks grouped by their keys' hash tag, in order of first appearance.
-fn group_by_subject<'c>(checks: &[Check<'c>]) -> Vec<Group<'c>> {
-    let mut groups: Vec<Group<'c>> = Vec::new();
+fn group_by_subject(checks: &[Check<'_>]) -> Vec<Group> {
+    let mut groups: Vec<(&str, Group)> = Vec::new();
     for (n, check) in checks.iter().enumerate() {
         let tag = check.key.hash_tag();
-        match groups.iter_mut().find(|g| g.tag == tag) {
-            Some(group) => group.members.push(n),
-            None => groups.push(Group {
-                tag,
-                members: vec![n],
-            }),
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, group)) => group.members.push(n),
+            None => groups.push((tag, Group { members: vec![n] })),
         }
     }
-    groups
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
+/// Every check in one call, or none without checks.
+fn one_group(checks: &[Check<'_>]) -> Vec<Group> {
+    if checks.is_empty() {
+        return Vec::new();
+    }
+    vec![Group {
+        members: (0..checks.len()).collect(),
+    }]
 }
 
 // A packed rule stays below 2^53, where a Lua number is still an exact integer.
