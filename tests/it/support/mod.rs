@@ -28,11 +28,18 @@ pub async fn redis_store() -> RedisStore {
         .expect("the test Redis answers (scripts/test starts it)")
 }
 
-/// A key prefix no other test or run shares.
+/// A key prefix no other test or run shares. Keys outlive their test in the shared Redis (a
+/// day for daily rules) and process ids come round again within a run, so the process id and
+/// a counter alone were seen to collide: a test then counted an earlier run's invites.
 pub fn unique_prefix(test: &str) -> KeyPrefix {
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    KeyPrefix::new(&format!("sgtest-{test}-{}-{n}", std::process::id())).expect("valid prefix")
+    let pid = std::process::id();
+    KeyPrefix::new(&format!(
+        "sgtest-{test}-{pid}-{:08x}-{n}",
+        rand::random::<u32>()
+    ))
+    .expect("valid prefix")
 }
 
 /// Every key under a prefix, via SCAN on the server or on every node of the cluster.
