@@ -45,8 +45,8 @@ struct Job {
 pub struct Writer(Batcher<Job, Written>);
 
 impl Writer {
-    /// Starts `writers` writing tasks on `pool` (`SENDGUARD_DB_WRITERS`), handing queued
-    /// invites to `outbox`.
+    /// Starts `writers` writing tasks on the batch connections (`SENDGUARD_DB_WRITERS`),
+    /// handing queued invites to `outbox`.
     pub fn start(connections: BatchConnections, writers: usize, outbox: Handoff) -> Writer {
         Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
             let (connections, outbox) = (connections.clone(), outbox.clone());

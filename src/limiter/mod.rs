@@ -2,8 +2,8 @@
 //!
 //! A decision takes a [`Quota`] (limit, window, algorithm, options), a key (subject and rule)
 //! and a cost, counts atomically and answers with a [`Decision`]. The Redis store decides a
-//! batch of rules in one Lua script call (on a cluster one call per subject); the in-process store runs the same state
-//! machines from [`algorithms`] behind a mutex.
+//! batch of rules in one Lua script call (on a cluster one call per subject); the in-process
+//! store runs the same state machines from [`algorithms`] behind a mutex.
 
 pub mod algorithms;
 pub mod bench;

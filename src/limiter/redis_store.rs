@@ -181,8 +181,8 @@ impl RedisStore {
     }
 
     /// Every check, in one script call on a single server or one per subject on a cluster;
-    /// answers in the order of `checks`. Without
-    /// `at_ms` the time is this instance's clock, set to Redis `TIME` ([`Clock`]).
+    /// answers in the order of `checks`. Without `at_ms` the time is this instance's clock,
+    /// set to Redis `TIME` ([`Clock`]).
     pub async fn check_batch(
         &self,
         checks: &[Check<'_>],
