@@ -10,7 +10,8 @@
 use sqlx::{Connection, PgConnection};
 
 use super::policy::{Breach, Status};
-use super::store::{self, Assumed, Claim, NewInvite, Row, Written, WrittenRow};
+use super::store::batch::{Claim, Row, WrittenRow, insert_batch, outcome};
+use super::store::{self, Assumed, NewInvite, Written};
 use crate::batch::{BatchError, Batcher};
 use crate::db::BatchConnections;
 use crate::mail::{Handoff, Outgoing, Slot};
@@ -101,11 +102,11 @@ async fn commit(
         rows: slots.iter().map(Option::is_some).collect(),
     };
     if rows.len() == batch.len() {
-        let written = store::insert_batch(conn, &rows, &claim).await?;
+        let written = insert_batch(conn, &rows, &claim).await?;
         hand_over(&rows, slots, &written);
         return Ok(batch
             .iter()
-            .map(|job| store::outcome(job.new.id, &written))
+            .map(|job| outcome(job.new.id, &written))
             .collect());
     }
     let mut tx = conn.begin().await?;
@@ -119,7 +120,7 @@ async fn commit(
     let written = if rows.is_empty() {
         Vec::new()
     } else {
-        store::insert_batch(&mut tx, &rows, &claim).await?
+        insert_batch(&mut tx, &rows, &claim).await?
     };
     let mut answers = Vec::with_capacity(batch.len());
     for job in batch {
@@ -133,7 +134,7 @@ async fn commit(
                 store::insert_with_flag(&mut tx, &job.new, *assumed, breach, *cap, *confirm_repeat)
                     .await?
             }
-            _ => store::outcome(job.new.id, &written),
+            _ => outcome(job.new.id, &written),
         });
     }
     tx.commit().await?;

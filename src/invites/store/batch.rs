@@ -1,0 +1,220 @@
+//! The batch statement: queued and held invites with no new flag, written in one multi-row
+//! statement, so that holding an invite costs the time sending one does.
+
+use sqlx::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{Assumed, NewInvite, Written};
+
+/// The outbox that takes queued invites as they are written ([`crate::mail::Handoff`]): each
+/// invite given room in it is written claimed by it.
+pub struct Claim<'a> {
+    pub worker_id: &'a str,
+    pub lease: std::time::Duration,
+    /// Per row of the batch: written claimed.
+    pub rows: Vec<bool>,
+}
+
+impl Claim<'_> {
+    /// No row written claimed.
+    pub fn none(rows: usize) -> Claim<'static> {
+        Claim {
+            worker_id: "",
+            lease: std::time::Duration::ZERO,
+            rows: vec![false; rows],
+        }
+    }
+}
+
+/// One invite of the batch statement.
+pub struct Row<'a> {
+    pub new: &'a NewInvite,
+    pub assumed: Assumed,
+    /// A held invite: the most held invites its sender may have stored. Past it, only what
+    /// idempotency needs is kept, as `discarded`, and the sender's overflow counts it.
+    pub held_cap: Option<i64>,
+}
+
+/// An invite written, whether it was past its sender's held cap, and, when it was written
+/// claimed, whether its recipient unsubscribed from the app (the outbox suppresses it instead
+/// of sending it).
+#[derive(Debug, sqlx::FromRow)]
+pub struct WrittenRow {
+    pub id: Uuid,
+    pub over_cap: bool,
+    pub claimed_unsubscribed: Option<bool>,
+}
+
+/// What the batch statement did with one of its invites.
+pub fn outcome(id: Uuid, rows: &[WrittenRow]) -> Written {
+    match rows.iter().find(|row| row.id == id) {
+        Some(row) if row.over_cap => Written::OverHeldCap,
+        Some(_) => Written::Recorded,
+        None => Written::Skipped,
+    }
+}
+
+/// Queued and held invites with no breach, in one statement, so that holding an invite costs
+/// the time sending one does. Their senders are upserted once each (in key order, so
+/// concurrent batches lock them in the same order), and each invite is inserted when its
+/// sender is in the state its verdict assumed and its `Idempotency-Key` is unused. A held
+/// invite takes a slot under its sender's cap, in arrival order, counted from the sender's
+/// row as it is once locked (every sender of a batch with held invites is locked first, in key
+/// order): a repeated request or one whose sender changed takes none. Answers the rows written.
+pub async fn insert_batch(
+    conn: &mut PgConnection,
+    rows: &[Row<'_>],
+    claim: &Claim<'_>,
+) -> Result<Vec<WrittenRow>, sqlx::Error> {
+    let col = |f: fn(&NewInvite) -> Option<&str>| -> Vec<Option<&str>> {
+        rows.iter().map(|row| f(row.new)).collect()
+    };
+    sqlx::query_as(
+        "WITH input AS (
+             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
+                 $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                 $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
+                 $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[])
+                 WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
+                     recipient_domain, sender_ip, resource, message, sender_name, status,
+                     decision, idempotency_key, request_hash, accept_url, assumed, admitted,
+                     version, address, created_in_app_at, claimed, held_cap, n)),
+         locked AS (
+             SELECT app_id, id, state, held_stored FROM senders
+             WHERE (app_id, id) IN (SELECT app_id, sender_id FROM input)
+                 AND EXISTS (SELECT 1 FROM input WHERE held_cap IS NOT NULL)
+             ORDER BY app_id, id FOR UPDATE),
+         held AS (
+             SELECT i.n, i.app_id, i.sender_id, l.held_stored + row_number()
+                 OVER (PARTITION BY i.app_id, i.sender_id ORDER BY i.n) <= i.held_cap AS room
+             FROM input i
+             JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
+             WHERE i.held_cap IS NOT NULL
+                 AND (i.idempotency_key IS NULL
+                     OR NOT EXISTS (SELECT 1 FROM idempotency_keys k
+                             WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key)
+                         AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
+                             AND j.api_key_id = i.api_key_id
+                             AND j.idempotency_key = i.idempotency_key))),
+         slots AS (
+             SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
+                 count(*) FILTER (WHERE NOT room) AS overflow
+             FROM held GROUP BY app_id, sender_id),
+         sender AS (
+             INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to,
+                 held_stored, held_overflow)
+             SELECT DISTINCT ON (i.app_id, i.sender_id) i.app_id, i.sender_id, i.address,
+                 i.created_in_app_at,
+                 (SELECT b.sender_id FROM banned_addresses b
+                  WHERE b.app_id = i.app_id AND b.address = i.address
+                      AND b.banned_at > now() - interval '30 days'
+                  ORDER BY b.banned_at DESC LIMIT 1),
+                 COALESCE(s.stored, 0), COALESCE(s.overflow, 0)
+             FROM input i LEFT JOIN slots s ON s.app_id = i.app_id AND s.sender_id = i.sender_id
+             ORDER BY i.app_id, i.sender_id, i.n
+             ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
+                 created_in_app_at = COALESCE(senders.created_in_app_at,
+                     EXCLUDED.created_in_app_at),
+                 held_stored = senders.held_stored + EXCLUDED.held_stored,
+                 held_overflow = senders.held_overflow + EXCLUDED.held_overflow
+             RETURNING app_id, id, state, version, state_changed_by),
+         admitted AS (
+             SELECT i.*, NULL::bool AS room FROM input i
+             JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
+             WHERE i.held_cap IS NULL AND (s.state = i.assumed
+                 OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
+                     AND s.state_changed_by = 'system' AND s.version = i.version + 1))
+             UNION ALL
+             SELECT i.*, h.room FROM input i JOIN held h ON h.n = i.n),
+         keyed AS (
+             INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+             SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
+             WHERE idempotency_key IS NOT NULL ORDER BY n
+             ON CONFLICT (api_key_id, key) DO NOTHING
+             RETURNING invite_id)
+         INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+             sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
+             accept_url, claimed_by, claimed_until)
+         SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
+             CASE WHEN room IS NOT FALSE THEN resource END,
+             CASE WHEN room IS NOT FALSE THEN message END,
+             CASE WHEN room IS NOT FALSE THEN sender_name END,
+             CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
+             CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
+             CASE WHEN status = 'queued' THEN now() END,
+             CASE WHEN room IS NOT FALSE THEN accept_url END,
+             CASE WHEN claimed AND status = 'queued' THEN $22::text END,
+             CASE WHEN claimed AND status = 'queued'
+                 THEN now() + make_interval(secs => $23::float8) END
+         FROM admitted
+         WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
+         ORDER BY n
+         RETURNING id, status = 'discarded' AS over_cap,
+             CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
+                 WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
+                 AS claimed_unsubscribed",
+    )
+    .bind(rows.iter().map(|row| row.new.id).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|row| row.new.api_key_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|row| row.new.sender.app_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| Some(&new.sender.id)))
+    .bind(col(|new| Some(&new.invite.recipient)))
+    .bind(col(|new| Some(&new.invite.recipient_domain)))
+    .bind(
+        rows.iter()
+            .map(|row| row.new.invite.sender_ip.map(|ip| ip.to_string()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.invite.resource.as_deref()))
+    .bind(col(|new| new.invite.message.as_deref()))
+    .bind(col(|new| new.invite.sender_name.as_deref()))
+    .bind(col(|new| Some(new.status.as_str())))
+    .bind(
+        rows.iter()
+            .map(|row| Json(&row.new.decision))
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.idempotency_key.as_deref()))
+    .bind(
+        rows.iter()
+            .map(|row| &row.new.request_hash[..])
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.accept_url.as_deref()))
+    .bind(
+        rows.iter()
+            .map(|row| row.assumed.state.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|row| row.assumed.admitted)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        rows.iter()
+            .map(|row| row.assumed.version)
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(|new| new.address.as_deref()))
+    .bind(
+        rows.iter()
+            .map(|row| row.new.invite.sender_created_at)
+            .collect::<Vec<_>>(),
+    )
+    .bind(&claim.rows)
+    .bind(claim.worker_id)
+    .bind(claim.lease.as_secs_f64())
+    .bind(rows.iter().map(|row| row.held_cap).collect::<Vec<_>>())
+    .fetch_all(conn)
+    .await
+}
