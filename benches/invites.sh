@@ -3,8 +3,9 @@
 #
 #   benches/invites.sh [SECONDS] [CONNECTIONS]      (defaults: 15 s per phase, 32 connections)
 #
-# Starts `sendguard serve` (release build) on a fresh database `sendguard_bench` and the Redis at
-# REDIS_URL (keys under a private prefix, removed afterwards), mail to the file transport, then:
+# Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
+# of `invites` that 90 days' retention keeps, and the Redis at REDIS_URL (keys under a private
+# prefix, removed afterwards), mail to the file transport, then:
 #   1. ceiling    pgbench inserting one invite-shaped row per transaction (same table, indexes
 #                 and JSON decision as `invites`), CONNECTIONS clients;
 #   2. saturation wrk, CONNECTIONS connections, realistic traffic (benches/invites.lua);
@@ -40,6 +41,9 @@ key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
 # tmpfs when there is one: on ext4, creating files in a busy folder costs more than sending.
 mail=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
 pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
+# The weeks of `invites` an installation with the default 90 days' retention holds: a statement
+# that does not name an invite's week searches every one of them.
+pgsql -c "SELECT sendguard_invite_weeks(now() - interval '90 days', 2)" >/dev/null
 
 # `serve` with global rules flushed every $1 ms (0: every invite counts in Redis).
 serve_pid=

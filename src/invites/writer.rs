@@ -146,8 +146,10 @@ async fn commit(
 fn hand_over(rows: &[Row<'_>], slots: Vec<Option<Slot>>, written: &[WrittenRow]) {
     for (Row { new, .. }, slot) in rows.iter().zip(slots) {
         let Some(slot) = slot else { continue };
-        let written = written.iter().find(|row| row.id == new.id);
-        if let Some(unsubscribed) = written.and_then(|row| row.claimed_unsubscribed) {
+        let Some(row) = written.iter().find(|row| row.id == new.id) else {
+            continue;
+        };
+        if let Some(unsubscribed) = row.claimed_unsubscribed {
             slot.hand(Outgoing {
                 id: new.id,
                 app_id: new.sender.app_id,
@@ -157,6 +159,7 @@ fn hand_over(rows: &[Row<'_>], slots: Vec<Option<Slot>>, written: &[WrittenRow])
                 sender_name: new.invite.sender_name.clone(),
                 accept_url: new.accept_url.clone(),
                 attempts: 0,
+                created_at: row.created_at,
                 unsubscribed,
             });
         }

@@ -8,6 +8,7 @@ mod render;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use lettre::message::Mailbox;
 use lettre::transport::smtp::PoolConfig;
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -107,6 +108,9 @@ pub struct Outgoing {
     pub sender_name: Option<String>,
     pub accept_url: Option<String>,
     pub attempts: i32,
+    /// When it was written: with the id, it names the week of `invites` that holds it, so that
+    /// writes to it search that week alone instead of every week the retention keeps.
+    pub created_at: DateTime<Utc>,
     /// The recipient asked the app for no more invitations: suppressed, not sent.
     pub unsubscribed: bool,
 }
@@ -130,20 +134,42 @@ pub struct OutboxSettings {
 }
 
 /// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`.
+/// The invites are joined on their whole key, so that each is found in its own week.
 pub const CLAIM: &str =
     "UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
-             WHERE id = ANY(ARRAY(
-                 SELECT id FROM invites
+             FROM (SELECT id, created_at FROM invites
                  WHERE status = 'queued' AND next_attempt_at <= now()
                    AND (claimed_until IS NULL OR claimed_until < now())
                  ORDER BY next_attempt_at
                  LIMIT $3
-                 FOR UPDATE SKIP LOCKED))
-             RETURNING id, app_id, recipient, resource, message, sender_name, accept_url,
-                 attempts,
+                 FOR UPDATE SKIP LOCKED) due
+             WHERE invites.id = due.id AND invites.created_at = due.created_at
+             RETURNING invites.id, app_id, recipient, resource, message, sender_name,
+                 accept_url, attempts, invites.created_at,
                  EXISTS (SELECT 1 FROM suppressions s
                          WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient)
                      AS unsubscribed";
+
+/// Marks invites (`$1`, written from `$3` to `$4`) that worker `$2` delivered.
+pub const MARK_SENT: &str = "UPDATE invites SET status = 'sent', sent_at = now(),
+         attempts = attempts + 1, last_error = NULL, next_attempt_at = NULL,
+         claimed_by = NULL, claimed_until = NULL
+     WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
+
+/// Suppresses invites (`$1`, written from `$3` to `$4`) of worker `$2` whose recipients
+/// unsubscribed.
+pub const SUPPRESS: &str = "UPDATE invites SET status = 'suppressed',
+         decision = decision || '{\"suppressed\": \"unsubscribed\"}'::jsonb,
+         next_attempt_at = NULL, claimed_by = NULL, claimed_until = NULL
+     WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
+
+/// A failed delivery of invite `$1` (written at `$7`) by worker `$2`: its `$3`rd attempt,
+/// failed with `$4`; given up on when `$5`, else due again in `$6` seconds.
+pub const RETRY: &str = "UPDATE invites SET attempts = $3, last_error = $4,
+         status = CASE WHEN $5 THEN 'failed' ELSE status END,
+         next_attempt_at = CASE WHEN $5 THEN NULL ELSE now() + make_interval(secs => $6) END,
+         claimed_by = NULL, claimed_until = NULL
+     WHERE id = $1 AND claimed_by = $2 AND created_at = $7";
 
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
 const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL
@@ -299,7 +325,7 @@ impl Outbox {
                 continue; // a panicked send leaves its lease to expire: the invite is retried
             };
             match result {
-                Ok(()) => sent.push(invite.id),
+                Ok(()) => sent.push(invite),
                 Err(e) => self.failed(&invite, e).await?,
             }
         }
@@ -309,16 +335,14 @@ impl Outbox {
         if !sent.is_empty() {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
-            sqlx::query(
-                "UPDATE invites SET status = 'sent', sent_at = now(), attempts = attempts + 1,
-                     last_error = NULL, next_attempt_at = NULL,
-                     claimed_by = NULL, claimed_until = NULL
-                 WHERE id = ANY($1) AND claimed_by = $2",
-            )
-            .bind(&sent)
-            .bind(&self.worker_id)
-            .execute(&self.pool)
-            .await?;
+            let (first, last) = written_between(&sent);
+            sqlx::query(MARK_SENT)
+                .bind(sent.iter().map(|invite| invite.id).collect::<Vec<_>>())
+                .bind(&self.worker_id)
+                .bind(first)
+                .bind(last)
+                .execute(&self.pool)
+                .await?;
         }
         Ok(n)
     }
@@ -360,16 +384,14 @@ impl Outbox {
     /// before it was released): suppressed, with the reason in the decision record.
     async fn suppress(&self, invites: &[Outgoing]) -> Result<(), sqlx::Error> {
         let ids: Vec<Uuid> = invites.iter().map(|i| i.id).collect();
-        sqlx::query(
-            "UPDATE invites SET status = 'suppressed',
-                 decision = decision || '{\"suppressed\": \"unsubscribed\"}'::jsonb,
-                 next_attempt_at = NULL, claimed_by = NULL, claimed_until = NULL
-             WHERE id = ANY($1) AND claimed_by = $2",
-        )
-        .bind(&ids)
-        .bind(&self.worker_id)
-        .execute(&self.pool)
-        .await?;
+        let (first, last) = written_between(invites);
+        sqlx::query(SUPPRESS)
+            .bind(&ids)
+            .bind(&self.worker_id)
+            .bind(first)
+            .bind(last)
+            .execute(&self.pool)
+            .await?;
         self.metrics.invites("suppressed", ids.len() as u64);
         Ok(())
     }
@@ -392,22 +414,16 @@ impl Outbox {
         } else {
             tracing::debug!(invite = %invite.id, attempts, error = %e, "delivery failed");
         }
-        sqlx::query(
-            "UPDATE invites SET attempts = $3, last_error = $4,
-                 status = CASE WHEN $5 THEN 'failed' ELSE status END,
-                 next_attempt_at = CASE WHEN $5 THEN NULL
-                     ELSE now() + make_interval(secs => $6) END,
-                 claimed_by = NULL, claimed_until = NULL
-             WHERE id = $1 AND claimed_by = $2",
-        )
-        .bind(invite.id)
-        .bind(&self.worker_id)
-        .bind(attempts)
-        .bind(e.to_string())
-        .bind(give_up)
-        .bind(delay.as_secs_f64())
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(RETRY)
+            .bind(invite.id)
+            .bind(&self.worker_id)
+            .bind(attempts)
+            .bind(e.to_string())
+            .bind(give_up)
+            .bind(delay.as_secs_f64())
+            .bind(invite.created_at)
+            .execute(&self.pool)
+            .await?;
         if e.is_refusal()
             && let Err(e) = self
                 .outcomes
@@ -418,6 +434,13 @@ impl Outbox {
         }
         Ok(())
     }
+}
+
+/// The first and the last time at which these invites (at least one) were written: the weeks
+/// that hold them.
+fn written_between(invites: &[Outgoing]) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    let times = invites.iter().map(|invite| invite.created_at);
+    (times.clone().min(), times.max())
 }
 
 /// Exponential backoff with jitter: base × 2^(attempts-1), capped at an hour, then a random

@@ -3,9 +3,13 @@
 //! audit entries and 200,000 idempotency keys: none reads a whole growing table or a whole
 //! partition that holds rows (EXPLAIN, after ANALYZE, with the parameters the pages pass).
 
+use std::collections::BTreeSet;
+
 use crate::support::app::migrated;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 const SEED: &[&str] = &[
     "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
@@ -223,4 +227,119 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
         }
     }
     assert!(slow.is_empty(), "{}", slow.join("\n\n"));
+}
+
+/// Weeks of invites already sent, and a round of queued ones claimed by `worker` whose lease
+/// ran out (so the claim takes them again), all in the newest week.
+const OUTBOX_SEED: &[&str] = &[
+    "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
+    "INSERT INTO senders (app_id, id) VALUES (1, 'u1')",
+    "SELECT sendguard_invite_weeks(now() - interval '60 days', 2)",
+    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+         status, decision, created_at)
+     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'r' || n || '@d.example',
+         'd.example', 'sent', '{}', now() - n * interval '100 seconds'
+     FROM generate_series(1, 50000) n",
+    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+         status, decision, next_attempt_at, claimed_by, claimed_until)
+     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'q' || n || '@d.example',
+         'd.example', 'queued', '{}', now() - interval '1 minute', 'worker',
+         now() - interval '1 minute'
+     FROM generate_series(1, 20) n",
+    "ANALYZE",
+];
+
+/// The partitions of `invites` a plan searched for invites by their id.
+fn searched_by_id(plan: &Value, found: &mut BTreeSet<String>) {
+    let by_id = ["Index Cond", "Recheck Cond", "Filter"].iter().any(|key| {
+        plan[key]
+            .as_str()
+            .is_some_and(|cond| cond.contains("(id = ") || cond.contains(" = id)"))
+    });
+    let ran = plan["Actual Loops"]
+        .as_f64()
+        .is_some_and(|loops| loops > 0.0);
+    if by_id
+        && ran
+        && let Some(table) = plan["Relation Name"].as_str()
+    {
+        found.insert(table.to_owned());
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        searched_by_id(child, found);
+    }
+}
+
+/// The outbox's writes find their invites in the weeks that hold them. By id alone, every
+/// week's primary key is searched for every invite: a cost that grows with the retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_searches_only_the_weeks_of_its_invites() {
+    let (_db, pool) = migrated("explain-outbox", OUTBOX_SEED).await;
+    let (ids, first, last): (Vec<Uuid>, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
+        "SELECT array_agg(id), min(created_at), max(created_at) FROM invites
+         WHERE status = 'queued'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the round");
+    let holding: BTreeSet<String> = sqlx::query_scalar(
+        "SELECT DISTINCT tableoid::regclass::text FROM invites WHERE status = 'queued'",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("weeks")
+    .into_iter()
+    .collect();
+    let weeks: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'invites'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("weeks");
+    assert!(
+        weeks >= 10,
+        "the seed makes the weeks of two months: {weeks}"
+    );
+    let mut wide = Vec::new();
+    for (name, sql) in [
+        ("claim", sendguard::mail::CLAIM),
+        ("sent", sendguard::mail::MARK_SENT),
+        ("suppressed", sendguard::mail::SUPPRESS),
+        ("retry", sendguard::mail::RETRY),
+    ] {
+        let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}");
+        let query = sqlx::query_scalar::<_, Value>(&explain);
+        let query = match name {
+            "claim" => query.bind("worker").bind(60.0).bind(20_i64),
+            "retry" => query
+                .bind(ids[0])
+                .bind("worker")
+                .bind(1)
+                .bind("refused")
+                .bind(false)
+                .bind(60.0)
+                .bind(first),
+            _ => query.bind(&ids).bind("worker").bind(first).bind(last),
+        };
+        // Each statement runs on the seed as it is: its changes are rolled back.
+        let mut tx = pool.begin().await.expect("begin");
+        let plan = query
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("EXPLAIN {name}: {e}"));
+        tx.rollback().await.expect("rollback");
+        let mut searched = BTreeSet::new();
+        searched_by_id(&plan[0]["Plan"], &mut searched);
+        if searched != holding {
+            wide.push(format!(
+                "{name}: searched {searched:?}\n{:#}",
+                plan[0]["Plan"]
+            ));
+        }
+    }
+    assert!(
+        wide.is_empty(),
+        "the round is in {holding:?}; {}",
+        wide.join("\n\n")
+    );
 }

@@ -1,6 +1,7 @@
 //! The batch statement: queued and held invites with no new flag, written in one multi-row
 //! statement, so that holding an invite costs the time sending one does.
 
+use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -42,6 +43,7 @@ pub struct Row<'a> {
 #[derive(Debug, sqlx::FromRow)]
 pub struct WrittenRow {
     pub id: Uuid,
+    pub created_at: DateTime<Utc>,
     pub over_cap: bool,
     pub claimed_unsubscribed: Option<bool>,
 }
@@ -150,7 +152,7 @@ pub async fn insert_batch(
          FROM admitted
          WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
          ORDER BY n
-         RETURNING id, status = 'discarded' AS over_cap,
+         RETURNING id, created_at, status = 'discarded' AS over_cap,
              CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
                  WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
                  AS claimed_unsubscribed",

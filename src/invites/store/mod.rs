@@ -272,11 +272,12 @@ pub async fn settle_deferred(
     sqlx::query(
         "UPDATE invites SET status = $2, decision = $3,
              next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
-         WHERE id = $1",
+         WHERE id = $1 AND created_at = $4",
     )
     .bind(invite.id)
     .bind(status.as_str())
     .bind(Json(decision))
+    .bind(invite.created_at)
     .execute(&mut **tx)
     .await?;
     if status == Status::Held {
