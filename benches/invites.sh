@@ -178,21 +178,34 @@ senders=$(pgsql -c "SELECT count(*) FROM senders")
 # Every week of invites, and the idempotency keys (the bench sends none).
 table_bytes=$(pgsql -c "SELECT sum(pg_total_relation_size(inhrelid)) + pg_total_relation_size('idempotency_keys')
     FROM pg_inherits WHERE inhparent = 'invites'::regclass")
-keys=0 redis_bytes=0
+# Counter keys by the kind of their subject (`{prefix}:{kind:...}:...`), one in 50 of each kind
+# sampled with MEMORY USAGE: the IP and recipient keys grow with the traffic's IPs and
+# recipients, not with its senders.
+declare -A kind_keys kind_sampled kind_bytes
 while read -r k; do
-  keys=$((keys + 1))
-  if [ $((keys % 50)) -eq 1 ]; then
-    redis_bytes=$((redis_bytes + $(redis-cli -u "$redis_url" memory usage "$k")))
+  kind=${k#*\{}
+  kind=${kind%%[:\}]*}
+  n=$((${kind_keys[$kind]:-0} + 1))
+  kind_keys[$kind]=$n
+  if [ $((n % 50)) -eq 1 ]; then
+    kind_sampled[$kind]=$((${kind_sampled[$kind]:-0} + 1))
+    kind_bytes[$kind]=$((${kind_bytes[$kind]:-0} + $(redis-cli -u "$redis_url" memory usage "$k")))
   fi
 done < <(redis-cli -u "$redis_url" --scan --pattern "$prefix:*")
-sampled=$(((keys + 49) / 50))
+# Estimated bytes of every key of a kind: its sampled mean times its keys.
+kind_total() { echo $((${kind_bytes[$1]:-0} * ${kind_keys[$1]:-0} / ${kind_sampled[$1]:-1})); }
 sat_cpu=$(grep '^CPU' <<<"$sat_out")
 echo
 echo "invites recorded: $invites ($((after - before)) in the saturation phase), senders: $senders"
 echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
 awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
   'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
-echo "redis bytes per active sender (all counter keys: sender, IP, recipient, global; 1 in 50 sampled): $((redis_bytes / (sampled > 0 ? sampled : 1) * keys / (senders > 0 ? senders : 1)))"
+per_sender() { echo $(($1 / (senders > 0 ? senders : 1))); }
+echo "redis bytes per active sender: $(per_sender $(($(kind_total sender) + $(kind_total ip) + $(kind_total recipient) + $(kind_total global))))" \
+  "(its own keys $(per_sender "$(kind_total sender)"); IP keys $(per_sender "$(kind_total ip)")," \
+  "$(awk -v k="${kind_keys[ip]:-0}" -v n="$senders" 'BEGIN { printf "%.1f", k / (n > 0 ? n : 1) }') per sender;" \
+  "recipient keys $(per_sender "$(kind_total recipient)");" \
+  "$(kind_total global) bytes of global keys)"
 # Mean time per request in the saturation phase: the whole request (invites route and every
 # other), the writer (queue, batch statement, commit) and the rules' Redis calls.
 mean_ms() {
