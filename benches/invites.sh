@@ -188,8 +188,14 @@ while read -r k; do
   n=$((${kind_keys[$kind]:-0} + 1))
   kind_keys[$kind]=$n
   if [ $((n % 50)) -eq 1 ]; then
-    kind_sampled[$kind]=$((${kind_sampled[$kind]:-0} + 1))
-    kind_bytes[$kind]=$((${kind_bytes[$kind]:-0} + $(redis-cli -u "$redis_url" memory usage "$k")))
+    # Nothing when the key expired since the scan: the next one of its kind is sampled.
+    bytes=$(redis-cli -u "$redis_url" memory usage "$k")
+    if [ -n "$bytes" ]; then
+      kind_sampled[$kind]=$((${kind_sampled[$kind]:-0} + 1))
+      kind_bytes[$kind]=$((${kind_bytes[$kind]:-0} + bytes))
+    else
+      kind_keys[$kind]=$((n - 1))
+    fi
   fi
 done < <(redis-cli -u "$redis_url" --scan --pattern "$prefix:*")
 # Estimated bytes of every key of a kind: its sampled mean times its keys.
@@ -201,7 +207,9 @@ echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invi
 awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
   'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
 per_sender() { echo $(($1 / (senders > 0 ? senders : 1))); }
-echo "redis bytes per active sender: $(per_sender $(($(kind_total sender) + $(kind_total ip) + $(kind_total recipient) + $(kind_total global))))" \
+all_kinds=0
+for kind in "${!kind_keys[@]}"; do all_kinds=$((all_kinds + $(kind_total "$kind"))); done
+echo "redis bytes per active sender: $(per_sender "$all_kinds")" \
   "(its own keys $(per_sender "$(kind_total sender)"); IP keys $(per_sender "$(kind_total ip)")," \
   "$(awk -v k="${kind_keys[ip]:-0}" -v n="$senders" 'BEGIN { printf "%.1f", k / (n > 0 ? n : 1) }') per sender;" \
   "recipient keys $(per_sender "$(kind_total recipient)");" \

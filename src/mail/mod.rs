@@ -133,19 +133,22 @@ pub struct OutboxSettings {
     pub idle: Duration,
 }
 
-/// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`.
-/// The invites are joined on their whole key, so that each is found in its own week.
-pub const CLAIM: &str =
-    "UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
-             FROM (SELECT id, created_at FROM invites
-                 WHERE status = 'queued' AND next_attempt_at <= now()
-                   AND (claimed_until IS NULL OR claimed_until < now())
-                 ORDER BY next_attempt_at
-                 LIMIT $3
-                 FOR UPDATE SKIP LOCKED) due
-             WHERE invites.id = due.id AND invites.created_at = due.created_at
-             RETURNING invites.id, app_id, recipient, resource, message, sender_name,
-                 accept_url, attempts, invites.created_at,
+/// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`. The
+/// batch is picked once (a materialized CTE), then updated by id within the span of its
+/// `created_at`, so that only the weeks holding it are searched, whatever plan is cached.
+pub const CLAIM: &str = "WITH due AS MATERIALIZED (
+             SELECT id, created_at FROM invites
+             WHERE status = 'queued' AND next_attempt_at <= now()
+               AND (claimed_until IS NULL OR claimed_until < now())
+             ORDER BY next_attempt_at
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED)
+         UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
+             WHERE id = ANY(ARRAY(SELECT id FROM due))
+               AND created_at BETWEEN (SELECT min(created_at) FROM due)
+                   AND (SELECT max(created_at) FROM due)
+             RETURNING id, app_id, recipient, resource, message, sender_name, accept_url,
+                 attempts, created_at,
                  EXISTS (SELECT 1 FROM suppressions s
                          WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient)
                      AS unsubscribed";
@@ -436,8 +439,8 @@ impl Outbox {
     }
 }
 
-/// The first and the last time at which these invites (at least one) were written: the weeks
-/// that hold them.
+/// The first and the last time at which these invites were written: the weeks that hold them
+/// (none for no invites, which then match nothing).
 fn written_between(invites: &[Outgoing]) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
     let times = invites.iter().map(|invite| invite.created_at);
     (times.clone().min(), times.max())

@@ -1,15 +1,15 @@
 //! Every query of the dashboard, the outbox and the retention sweep uses an index on a database
 //! seeded with a million invites (in weekly partitions), 20,000 senders, 100,000 flags, 200,000
 //! audit entries and 200,000 idempotency keys: none reads a whole growing table or a whole
-//! partition that holds rows (EXPLAIN, after ANALYZE, with the parameters the pages pass).
+//! partition that holds rows (EXPLAIN, after ANALYZE, with the parameters the pages pass). And
+//! the outbox's writes search only the weeks that hold their invites, with the plans made for
+//! their values and with a cached plan.
 
 use std::collections::BTreeSet;
 
 use crate::support::app::migrated;
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 const SEED: &[&str] = &[
     "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
@@ -230,7 +230,7 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
 }
 
 /// Weeks of invites already sent, and a round of queued ones claimed by `worker` whose lease
-/// ran out (so the claim takes them again), all in the newest week.
+/// ran out (so the claim takes them again), all in the current week.
 const OUTBOX_SEED: &[&str] = &[
     "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
     "INSERT INTO senders (app_id, id) VALUES (1, 'u1')",
@@ -275,9 +275,12 @@ fn searched_by_id(plan: &Value, found: &mut BTreeSet<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_searches_only_the_weeks_of_its_invites() {
     let (_db, pool) = migrated("explain-outbox", OUTBOX_SEED).await;
-    let (ids, first, last): (Vec<Uuid>, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
-        "SELECT array_agg(id), min(created_at), max(created_at) FROM invites
-         WHERE status = 'queued'",
+    // The round as SQL literals, for EXECUTE.
+    let (ids, first, last, one, one_at): (String, String, String, String, String) = sqlx::query_as(
+        "SELECT array_agg(id)::text, min(created_at)::text, max(created_at)::text,
+                 (array_agg(id ORDER BY id))[1]::text,
+                 (array_agg(created_at ORDER BY id))[1]::text
+             FROM invites WHERE status = 'queued'",
     )
     .fetch_one(&pool)
     .await
@@ -300,41 +303,46 @@ async fn the_outbox_searches_only_the_weeks_of_its_invites() {
         weeks >= 10,
         "the seed makes the weeks of two months: {weeks}"
     );
+    let round = format!("'{ids}'::uuid[], 'worker', '{first}'::timestamptz, '{last}'::timestamptz");
+    let retry =
+        format!("'{one}'::uuid, 'worker', 1, 'refused', false, 60, '{one_at}'::timestamptz");
     let mut wide = Vec::new();
-    for (name, sql) in [
-        ("claim", sendguard::mail::CLAIM),
-        ("sent", sendguard::mail::MARK_SENT),
-        ("suppressed", sendguard::mail::SUPPRESS),
-        ("retry", sendguard::mail::RETRY),
-    ] {
-        let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}");
-        let query = sqlx::query_scalar::<_, Value>(&explain);
-        let query = match name {
-            "claim" => query.bind("worker").bind(60.0).bind(20_i64),
-            "retry" => query
-                .bind(ids[0])
-                .bind("worker")
-                .bind(1)
-                .bind("refused")
-                .bind(false)
-                .bind(60.0)
-                .bind(first),
-            _ => query.bind(&ids).bind("worker").bind(first).bind(last),
-        };
-        // Each statement runs on the seed as it is: its changes are rolled back.
-        let mut tx = pool.begin().await.expect("begin");
-        let plan = query
+    // A prepared statement's first runs get plans made for their values; a cached plan, made
+    // for any values, must prune the weeks when it runs.
+    for mode in ["auto", "force_generic_plan"] {
+        for (name, sql, args) in [
+            ("claim", sendguard::mail::CLAIM, "'worker', 60, 20"),
+            ("sent", sendguard::mail::MARK_SENT, round.as_str()),
+            ("suppressed", sendguard::mail::SUPPRESS, round.as_str()),
+            ("retry", sendguard::mail::RETRY, retry.as_str()),
+        ] {
+            // Each statement runs on the seed as it is: its changes are rolled back.
+            let mut tx = pool.begin().await.expect("begin");
+            sqlx::raw_sql(&format!(
+                "SET LOCAL plan_cache_mode = {mode}; PREPARE probe AS {sql}"
+            ))
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("PREPARE {name}: {e}"));
+            let plan: Value = sqlx::query_scalar(&format!(
+                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({args})"
+            ))
             .fetch_one(&mut *tx)
             .await
-            .unwrap_or_else(|e| panic!("EXPLAIN {name}: {e}"));
-        tx.rollback().await.expect("rollback");
-        let mut searched = BTreeSet::new();
-        searched_by_id(&plan[0]["Plan"], &mut searched);
-        if searched != holding {
-            wide.push(format!(
-                "{name}: searched {searched:?}\n{:#}",
-                plan[0]["Plan"]
-            ));
+            .unwrap_or_else(|e| panic!("EXPLAIN {name} ({mode}): {e}"));
+            sqlx::raw_sql("DEALLOCATE probe")
+                .execute(&mut *tx)
+                .await
+                .expect("deallocate");
+            tx.rollback().await.expect("rollback");
+            let mut searched = BTreeSet::new();
+            searched_by_id(&plan[0]["Plan"], &mut searched);
+            if searched != holding {
+                wide.push(format!(
+                    "{name} ({mode}): searched {searched:?}\n{:#}",
+                    plan[0]["Plan"]
+                ));
+            }
         }
     }
     assert!(
