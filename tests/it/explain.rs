@@ -351,3 +351,55 @@ async fn the_outbox_searches_only_the_weeks_of_its_invites() {
         wide.join("\n\n")
     );
 }
+
+/// Weeks of invites already sent, and 2% of them waiting to be sent, all written just now.
+const WAITING_SEED: &[&str] = &[
+    "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
+    "INSERT INTO senders (app_id, id) VALUES (1, 'u1')",
+    "SELECT sendguard_invite_weeks(now() - interval '60 days', 2)",
+    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+         status, decision, created_at)
+     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'r' || n || '@d.example',
+         'd.example', 'sent', '{}', now() - n * interval '100 seconds'
+     FROM generate_series(1, 50000) n",
+    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+         status, decision, next_attempt_at)
+     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'q' || n || '@d.example',
+         'd.example', 'queued', '{}', now()
+     FROM generate_series(1, 1000) n",
+    "ANALYZE",
+];
+
+/// Rows of `invites` a plan read: those it returned and those its filters dropped.
+fn invite_rows_read(plan: &Value) -> f64 {
+    let own = if plan["Relation Name"]
+        .as_str()
+        .is_some_and(|table| table.starts_with("invites"))
+    {
+        let rows = plan["Actual Rows"].as_f64().unwrap_or(0.0);
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(0.0);
+        rows * loops + plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0)
+    } else {
+        0.0
+    };
+    let children = plan["Plans"].as_array().into_iter().flatten();
+    own + children.map(invite_rows_read).sum::<f64>()
+}
+
+/// The metrics' outbox gauges read the invites waiting, not the history: waiting invites are
+/// the newest, so a search from the oldest reads every week.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_gauges_read_only_the_invites_waiting() {
+    let (_db, pool) = migrated("explain-gauges", WAITING_SEED).await;
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sendguard::ops::GAUGES);
+    let plan: Value = sqlx::query_scalar(&explain)
+        .fetch_one(&pool)
+        .await
+        .expect("EXPLAIN the gauges");
+    let read = invite_rows_read(&plan[0]["Plan"]);
+    assert!(
+        read <= 2_000.0,
+        "1,000 invites wait, and the gauges read {read} rows of invites:\n{:#}",
+        plan[0]["Plan"]
+    );
+}
