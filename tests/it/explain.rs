@@ -229,9 +229,8 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
     assert!(slow.is_empty(), "{}", slow.join("\n\n"));
 }
 
-/// Weeks of invites already sent, and a round of queued ones claimed by `worker` whose lease
-/// ran out (so the claim takes them again), all in the current week.
-const OUTBOX_SEED: &[&str] = &[
+/// Eight weeks of invites already sent, one every 100 s, in the weeks of two months.
+const SENT_WEEKS: [&str; 4] = [
     "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
     "INSERT INTO senders (app_id, id) VALUES (1, 'u1')",
     "SELECT sendguard_invite_weeks(now() - interval '60 days', 2)",
@@ -240,14 +239,23 @@ const OUTBOX_SEED: &[&str] = &[
      SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'r' || n || '@d.example',
          'd.example', 'sent', '{}', now() - n * interval '100 seconds'
      FROM generate_series(1, 50000) n",
-    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-         status, decision, next_attempt_at, claimed_by, claimed_until)
-     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'q' || n || '@d.example',
-         'd.example', 'queued', '{}', now() - interval '1 minute', 'worker',
-         now() - interval '1 minute'
-     FROM generate_series(1, 20) n",
-    "ANALYZE",
 ];
+
+/// `n` invites written just now and waiting to be sent, claimed by `worker` whose lease ran
+/// out (so the claim takes them again), after [`SENT_WEEKS`].
+fn waiting(n: u32) -> Vec<String> {
+    let mut seed: Vec<String> = SENT_WEEKS.iter().map(|s| s.to_string()).collect();
+    seed.push(format!(
+        "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+             status, decision, next_attempt_at, claimed_by, claimed_until)
+         SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'q' || n || '@d.example',
+             'd.example', 'queued', '{{}}', now() - interval '1 minute', 'worker',
+             now() - interval '1 minute'
+         FROM generate_series(1, {n}) n"
+    ));
+    seed.push("ANALYZE".to_owned());
+    seed
+}
 
 /// The partitions of `invites` a plan searched for invites by their id.
 fn searched_by_id(plan: &Value, found: &mut BTreeSet<String>) {
@@ -274,7 +282,9 @@ fn searched_by_id(plan: &Value, found: &mut BTreeSet<String>) {
 /// week's primary key is searched for every invite: a cost that grows with the retention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_searches_only_the_weeks_of_its_invites() {
-    let (_db, pool) = migrated("explain-outbox", OUTBOX_SEED).await;
+    let seed = waiting(20);
+    let seed: Vec<&str> = seed.iter().map(String::as_str).collect();
+    let (_db, pool) = migrated("explain-outbox", &seed).await;
     // The round as SQL literals, for EXECUTE.
     let (ids, first, last, one, one_at): (String, String, String, String, String) = sqlx::query_as(
         "SELECT array_agg(id)::text, min(created_at)::text, max(created_at)::text,
@@ -352,24 +362,6 @@ async fn the_outbox_searches_only_the_weeks_of_its_invites() {
     );
 }
 
-/// Weeks of invites already sent, and 2% of them waiting to be sent, all written just now.
-const WAITING_SEED: &[&str] = &[
-    "INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)",
-    "INSERT INTO senders (app_id, id) VALUES (1, 'u1')",
-    "SELECT sendguard_invite_weeks(now() - interval '60 days', 2)",
-    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-         status, decision, created_at)
-     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'r' || n || '@d.example',
-         'd.example', 'sent', '{}', now() - n * interval '100 seconds'
-     FROM generate_series(1, 50000) n",
-    "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-         status, decision, next_attempt_at)
-     SELECT gen_random_uuid(), (SELECT id FROM api_keys), 1, 'u1', 'q' || n || '@d.example',
-         'd.example', 'queued', '{}', now()
-     FROM generate_series(1, 1000) n",
-    "ANALYZE",
-];
-
 /// Rows of `invites` a plan read: those it returned and those its filters dropped.
 fn invite_rows_read(plan: &Value) -> f64 {
     let own = if plan["Relation Name"]
@@ -390,7 +382,10 @@ fn invite_rows_read(plan: &Value) -> f64 {
 /// the newest, so a search from the oldest reads every week.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_gauges_read_only_the_invites_waiting() {
-    let (_db, pool) = migrated("explain-gauges", WAITING_SEED).await;
+    // 2% of the invites wait: enough for Postgres to expect one soon from the oldest row.
+    let seed = waiting(1000);
+    let seed: Vec<&str> = seed.iter().map(String::as_str).collect();
+    let (_db, pool) = migrated("explain-gauges", &seed).await;
     let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sendguard::ops::GAUGES);
     let plan: Value = sqlx::query_scalar(&explain)
         .fetch_one(&pool)
