@@ -203,6 +203,10 @@ kind_total() { echo $((${kind_bytes[$1]:-0} * ${kind_keys[$1]:-0} / ${kind_sampl
 sat_cpu=$(grep '^CPU' <<<"$sat_out")
 echo
 echo "invites recorded: $invites ($((after - before)) in the saturation phase), senders: $senders"
+# What the rules made of them: with few recipients (RECIPIENTS), most invites after the first
+# few thousand are suppressed by the recipient rule and never reach the outbox.
+echo "invites by status: $(pgsql -c "SELECT string_agg(status || ' ' || n, ', ' ORDER BY n DESC)
+    FROM (SELECT status, count(*) AS n FROM invites GROUP BY status) s")"
 echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
 awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
   'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
