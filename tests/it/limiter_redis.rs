@@ -1,5 +1,5 @@
-//! The limiter against the real Redis: the race, expiry of every key, the size of a hash, and
-//! recovery from a flushed script cache.
+//! The limiter against the real Redis: the race, expiry of every key, the size of a hash,
+//! recovery from a flushed script cache, and one script call per invite on a single server.
 
 use std::sync::Arc;
 
@@ -186,4 +186,44 @@ async fn a_later_write_extends_the_expiry() {
         "PTTL {ttl}: the key would die before its last write left the window"
     );
     limiter.clear(&[(&key, &quota)]).await.expect("clear");
+}
+
+/// On a single server the rules of every subject of an invite go in one script call: each
+/// EVALSHA has a fixed cost in Redis that three calls per invite paid three times. A private
+/// server, so that no other test's calls are counted.
+#[tokio::test]
+async fn an_invites_rules_are_one_script_call_on_a_single_server() {
+    let server = crate::support::redis_server::RedisServer::start().await;
+    let store = sendguard::limiter::RedisStore::connect(&sendguard::limiter::RedisSettings::new(
+        server.url(),
+    ))
+    .await
+    .expect("connect");
+    let quota = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let prefix = crate::support::unique_prefix("onecall");
+    let keys = [
+        prefix.key("sender:1:u", "sender-hourly", &quota),
+        prefix.key("ip:10.0.0.1", "ip-hourly", &quota),
+        prefix.key("recipient:r@example.com", "recipient-daily", &quota),
+    ];
+    let checks: Vec<_> = keys
+        .iter()
+        .map(|key| sendguard::limiter::Check::new(key, &quota, 1))
+        .collect();
+    let out = store.check_batch(&checks, None).await.expect("decide");
+    assert!(out.iter().all(|d| d.count == 1), "{out:?}");
+    let stats: String = crate::support::query(&store, redis::cmd("INFO").arg("commandstats")).await;
+    let calls: u64 = stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(calls, 1, "script calls for three subjects:\n{stats}");
 }

@@ -1,7 +1,8 @@
 //! The invite's SQL: writing them (queued and held ones in one statement, [`batch`]; one
 //! with the flag of a breach in a few statements of the batch's transaction; see
-//! [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks that the sender is still in
-//! the state the verdict was made for: the cached state is a hint, the table decides at commit.
+//! [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks
+//! that the sender is still in the state the verdict was made for: the cached state is a hint,
+//! the table decides at commit.
 //! A write never fails on an `Idempotency-Key` that is already taken, so one repeated request
 //! cannot fail the batch it shares: it is not written, and the caller looks the key up once the
 //! batch has committed.
