@@ -70,9 +70,6 @@ pub async fn insert_batch(
     rows: &[Row<'_>],
     claim: &Claim<'_>,
 ) -> Result<Vec<WrittenRow>, sqlx::Error> {
-    let col = |f: fn(&NewInvite) -> Option<&str>| -> Vec<Option<&str>> {
-        rows.iter().map(|row| f(row.new)).collect()
-    };
     sqlx::query_as(
         "WITH input AS (
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
@@ -158,66 +155,37 @@ pub async fn insert_batch(
                  WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
                  AS claimed_unsubscribed",
     )
-    .bind(rows.iter().map(|row| row.new.id).collect::<Vec<_>>())
-    .bind(
-        rows.iter()
-            .map(|row| row.new.api_key_id)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rows.iter()
-            .map(|row| row.new.sender.app_id)
-            .collect::<Vec<_>>(),
-    )
-    .bind(col(|new| Some(&new.sender.id)))
-    .bind(col(|new| Some(&new.invite.recipient)))
-    .bind(col(|new| Some(&new.invite.recipient_domain)))
-    .bind(
-        rows.iter()
-            .map(|row| row.new.invite.sender_ip.map(|ip| ip.to_string()))
-            .collect::<Vec<_>>(),
-    )
-    .bind(col(|new| new.invite.resource.as_deref()))
-    .bind(col(|new| new.invite.message.as_deref()))
-    .bind(col(|new| new.invite.sender_name.as_deref()))
-    .bind(col(|new| Some(new.status.as_str())))
-    .bind(
-        rows.iter()
-            .map(|row| Json(&row.new.decision))
-            .collect::<Vec<_>>(),
-    )
-    .bind(col(|new| new.idempotency_key.as_deref()))
-    .bind(
-        rows.iter()
-            .map(|row| &row.new.request_hash[..])
-            .collect::<Vec<_>>(),
-    )
-    .bind(col(|new| new.accept_url.as_deref()))
-    .bind(
-        rows.iter()
-            .map(|row| row.assumed.state.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rows.iter()
-            .map(|row| row.assumed.admitted)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rows.iter()
-            .map(|row| row.assumed.version)
-            .collect::<Vec<_>>(),
-    )
-    .bind(col(|new| new.address.as_deref()))
-    .bind(
-        rows.iter()
-            .map(|row| row.new.invite.sender_created_at)
-            .collect::<Vec<_>>(),
-    )
+    .bind(column(rows, |row| row.new.id))
+    .bind(column(rows, |row| row.new.api_key_id))
+    .bind(column(rows, |row| row.new.sender.app_id))
+    .bind(column(rows, |row| row.new.sender.id.as_str()))
+    .bind(column(rows, |row| row.new.invite.recipient.as_str()))
+    .bind(column(rows, |row| row.new.invite.recipient_domain.as_str()))
+    .bind(column(rows, |row| {
+        row.new.invite.sender_ip.map(|ip| ip.to_string())
+    }))
+    .bind(column(rows, |row| row.new.invite.resource.as_deref()))
+    .bind(column(rows, |row| row.new.invite.message.as_deref()))
+    .bind(column(rows, |row| row.new.invite.sender_name.as_deref()))
+    .bind(column(rows, |row| row.new.status.as_str()))
+    .bind(column(rows, |row| Json(&row.new.decision)))
+    .bind(column(rows, |row| row.new.idempotency_key.as_deref()))
+    .bind(column(rows, |row| &row.new.request_hash[..]))
+    .bind(column(rows, |row| row.new.accept_url.as_deref()))
+    .bind(column(rows, |row| row.assumed.state.as_str()))
+    .bind(column(rows, |row| row.assumed.admitted))
+    .bind(column(rows, |row| row.assumed.version))
+    .bind(column(rows, |row| row.new.address.as_deref()))
+    .bind(column(rows, |row| row.new.invite.sender_created_at))
     .bind(&claim.rows)
     .bind(claim.worker_id)
     .bind(claim.lease.as_secs_f64())
-    .bind(rows.iter().map(|row| row.held_cap).collect::<Vec<_>>())
+    .bind(column(rows, |row| row.held_cap))
     .fetch_all(conn)
     .await
+}
+
+/// One array parameter of the batch statement: a value of each row.
+fn column<'r, 'a, T>(rows: &'r [Row<'a>], value: impl FnMut(&'r Row<'a>) -> T) -> Vec<T> {
+    rows.iter().map(value).collect()
 }
