@@ -32,6 +32,7 @@ use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
 use store::{Assumed, NewInvite, Written};
+pub use store::batch::INSERT_BATCH;
 pub use validate::{InvalidBody, ValidInvite};
 use writer::{Write, Writer};
 

@@ -398,3 +398,90 @@ async fn the_outbox_gauges_read_only_the_invites_waiting() {
         plan[0]["Plan"]
     );
 }
+
+/// A batch of one held invite (of sender `sender`, id `id`) and one queued invite, as
+/// parameters of [`sendguard::invites::INSERT_BATCH`] for EXECUTE.
+fn batch_args(id: &str, sender: &str) -> String {
+    format!(
+        "ARRAY['{id}1', '{id}2']::uuid[], ARRAY[1, 1]::int8[], ARRAY[1, 1]::int8[],
+         ARRAY['{sender}', 'fresh']::text[], ARRAY['a@d.example', 'b@d.example']::text[],
+         ARRAY['d.example', 'd.example']::text[], ARRAY[NULL, NULL]::text[],
+         ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[],
+         ARRAY['held', 'queued']::text[], ARRAY['{{}}', '{{}}']::jsonb[],
+         ARRAY[NULL, NULL]::text[], ARRAY['\\x00', '\\x00']::bytea[], ARRAY[NULL, NULL]::text[],
+         ARRAY['active', 'active']::text[], ARRAY[false, false]::bool[], ARRAY[0, 0]::int8[],
+         ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::timestamptz[],
+         ARRAY[false, false]::bool[], '', 0, ARRAY[100, NULL]::int8[]"
+    )
+}
+
+/// Scans of `senders` that read more rows than the batch has senders.
+fn senders_read(plan: &Value, found: &mut Vec<String>) {
+    if plan["Relation Name"] == "senders" {
+        let loops = plan["Actual Loops"].as_f64().unwrap_or(0.0);
+        let rows = plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops
+            + plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0) * loops;
+        if rows > 10.0 {
+            found.push(format!("{} read {rows} rows", plan["Node Type"]));
+        }
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        senders_read(child, found);
+    }
+}
+
+/// The batch statement finds its senders by their key whatever plan it runs with. A writer's
+/// connection keeps its plans: one made while `senders` was nearly empty (a new installation's
+/// first minutes, or a fresh benchmark database) must not read the whole table for every batch
+/// that holds an invite once there are thousands of senders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_statement_reads_its_senders_by_key_with_a_plan_made_on_an_empty_table() {
+    let (_db, pool) = migrated(
+        "explain-batch",
+        &["INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)"],
+    )
+    .await;
+    let mut conn = pool.acquire().await.expect("connection");
+    // The plan is made for any values on its first run, while `senders` is empty.
+    sqlx::raw_sql(&format!(
+        "SET plan_cache_mode = force_generic_plan; PREPARE probe AS {}",
+        sendguard::invites::INSERT_BATCH
+    ))
+    .execute(&mut *conn)
+    .await
+    .expect("PREPARE the batch statement");
+    sqlx::raw_sql(&format!(
+        "EXECUTE probe({})",
+        batch_args("00000000-0000-7000-8000-00000000000", "first")
+    ))
+    .execute(&mut *conn)
+    .await
+    .expect("the first batch");
+    sqlx::query(
+        "INSERT INTO senders (app_id, id) SELECT 1, 'u' || n FROM generate_series(1, 20000) n",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("20,000 senders");
+    let plan: Value = sqlx::query_scalar(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({})",
+        batch_args("00000000-0000-7000-8000-00000000001", "u4200")
+    ))
+    .fetch_one(&mut *conn)
+    .await
+    .expect("EXPLAIN the batch");
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE status = 'held' AND sender_id = 'u4200'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("held invites");
+    assert_eq!(held, 1, "the batch holds its held invite");
+    let mut wide = Vec::new();
+    senders_read(&plan[0]["Plan"], &mut wide);
+    assert!(
+        wide.is_empty(),
+        "a batch of two senders: {wide:?}\n{:#}",
+        plan[0]["Plan"]
+    );
+}

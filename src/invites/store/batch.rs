@@ -58,103 +58,107 @@ pub fn outcome(id: Uuid, rows: &[WrittenRow]) -> Written {
     }
 }
 
+/// The batch statement of [`insert_batch`], which binds its parameters.
+pub const INSERT_BATCH: &str = "WITH input AS (
+         SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+             $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
+             $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[])
+             WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
+                 recipient_domain, sender_ip, resource, message, sender_name, status,
+                 decision, idempotency_key, request_hash, accept_url, assumed, admitted,
+                 version, address, created_in_app_at, claimed, held_cap, n)),
+     locked AS (
+         SELECT s.* FROM (SELECT app_id, sender_id FROM input
+                 WHERE EXISTS (SELECT 1 FROM input WHERE held_cap IS NOT NULL)
+                 GROUP BY app_id, sender_id ORDER BY app_id, sender_id COLLATE \"C\") k,
+             LATERAL (SELECT app_id, id, state, held_stored FROM senders
+                 WHERE app_id = k.app_id AND id = k.sender_id FOR UPDATE) s),
+     held AS (
+         SELECT i.n, i.app_id, i.sender_id, l.held_stored + row_number()
+             OVER (PARTITION BY i.app_id, i.sender_id ORDER BY i.n) <= i.held_cap AS room
+         FROM input i
+         JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
+         WHERE i.held_cap IS NOT NULL
+             AND (i.idempotency_key IS NULL
+                 OR NOT EXISTS (SELECT 1 FROM idempotency_keys k
+                         WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key)
+                     AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
+                         AND j.api_key_id = i.api_key_id
+                         AND j.idempotency_key = i.idempotency_key))),
+     slots AS (
+         SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
+             count(*) FILTER (WHERE NOT room) AS overflow
+         FROM held GROUP BY app_id, sender_id),
+     sender AS (
+         INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to,
+             held_stored, held_overflow)
+         SELECT DISTINCT ON (i.app_id, i.sender_id COLLATE \"C\") i.app_id, i.sender_id,
+             i.address, i.created_in_app_at,
+             (SELECT b.sender_id FROM banned_addresses b
+              WHERE b.app_id = i.app_id AND b.address = i.address
+                  AND b.banned_at > now() - interval '30 days'
+              ORDER BY b.banned_at DESC LIMIT 1),
+             COALESCE(s.stored, 0), COALESCE(s.overflow, 0)
+         FROM input i LEFT JOIN slots s ON s.app_id = i.app_id AND s.sender_id = i.sender_id
+         ORDER BY i.app_id, i.sender_id COLLATE \"C\", i.n
+         ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
+             created_in_app_at = COALESCE(senders.created_in_app_at,
+                 EXCLUDED.created_in_app_at),
+             held_stored = senders.held_stored + EXCLUDED.held_stored,
+             held_overflow = senders.held_overflow + EXCLUDED.held_overflow
+         RETURNING app_id, id, state, version, state_changed_by),
+     admitted AS (
+         SELECT i.*, NULL::bool AS room FROM input i
+         JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
+         WHERE i.held_cap IS NULL AND (s.state = i.assumed
+             OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
+                 AND s.state_changed_by = 'system' AND s.version = i.version + 1))
+         UNION ALL
+         SELECT i.*, h.room FROM input i JOIN held h ON h.n = i.n),
+     keyed AS (
+         INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+         SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
+         WHERE idempotency_key IS NOT NULL ORDER BY n
+         ON CONFLICT (api_key_id, key) DO NOTHING
+         RETURNING invite_id)
+     INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+         sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
+         accept_url, claimed_by, claimed_until)
+     SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
+         CASE WHEN room IS NOT FALSE THEN resource END,
+         CASE WHEN room IS NOT FALSE THEN message END,
+         CASE WHEN room IS NOT FALSE THEN sender_name END,
+         CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
+         CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
+         CASE WHEN status = 'queued' THEN now() END,
+         CASE WHEN room IS NOT FALSE THEN accept_url END,
+         CASE WHEN claimed AND status = 'queued' THEN $22::text END,
+         CASE WHEN claimed AND status = 'queued'
+             THEN now() + make_interval(secs => $23::float8) END
+     FROM admitted
+     WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
+     ORDER BY n
+     RETURNING id, created_at, status = 'discarded' AS over_cap,
+         CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
+             WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
+             AS claimed_unsubscribed";
+
 /// Queued and held invites with no breach, in one statement, so that holding an invite costs
-/// the time sending one does. Their senders are upserted once each (in key order, so
-/// concurrent batches lock them in the same order), and each invite is inserted when its
-/// sender is in the state its verdict assumed and its `Idempotency-Key` is unused. A held
+/// the time sending one does. Their senders are upserted once each (in key order, bytewise as
+/// the writer sorts them, so concurrent batches lock them in the same order whatever the
+/// database's collation), and each invite is inserted when its sender is in the state its
+/// verdict assumed and its `Idempotency-Key` is unused. A held
 /// invite takes a slot under its sender's cap, in arrival order, counted from the sender's
 /// row as it is once locked (every sender of a batch with held invites is locked first, in key
-/// order): a repeated request or one whose sender changed takes none. Answers the rows written.
+/// order, each by its primary key whatever the plan): a repeated request or one whose sender
+/// changed takes none. Answers the rows written.
 pub async fn insert_batch(
     conn: &mut PgConnection,
     rows: &[Row<'_>],
     claim: &Claim<'_>,
 ) -> Result<Vec<WrittenRow>, sqlx::Error> {
-    sqlx::query_as(
-        "WITH input AS (
-             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
-                 $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-                 $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
-                 $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[])
-                 WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
-                     recipient_domain, sender_ip, resource, message, sender_name, status,
-                     decision, idempotency_key, request_hash, accept_url, assumed, admitted,
-                     version, address, created_in_app_at, claimed, held_cap, n)),
-         locked AS (
-             SELECT app_id, id, state, held_stored FROM senders
-             WHERE (app_id, id) IN (SELECT app_id, sender_id FROM input)
-                 AND EXISTS (SELECT 1 FROM input WHERE held_cap IS NOT NULL)
-             ORDER BY app_id, id FOR UPDATE),
-         held AS (
-             SELECT i.n, i.app_id, i.sender_id, l.held_stored + row_number()
-                 OVER (PARTITION BY i.app_id, i.sender_id ORDER BY i.n) <= i.held_cap AS room
-             FROM input i
-             JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
-             WHERE i.held_cap IS NOT NULL
-                 AND (i.idempotency_key IS NULL
-                     OR NOT EXISTS (SELECT 1 FROM idempotency_keys k
-                             WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key)
-                         AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
-                             AND j.api_key_id = i.api_key_id
-                             AND j.idempotency_key = i.idempotency_key))),
-         slots AS (
-             SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
-                 count(*) FILTER (WHERE NOT room) AS overflow
-             FROM held GROUP BY app_id, sender_id),
-         sender AS (
-             INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to,
-                 held_stored, held_overflow)
-             SELECT DISTINCT ON (i.app_id, i.sender_id) i.app_id, i.sender_id, i.address,
-                 i.created_in_app_at,
-                 (SELECT b.sender_id FROM banned_addresses b
-                  WHERE b.app_id = i.app_id AND b.address = i.address
-                      AND b.banned_at > now() - interval '30 days'
-                  ORDER BY b.banned_at DESC LIMIT 1),
-                 COALESCE(s.stored, 0), COALESCE(s.overflow, 0)
-             FROM input i LEFT JOIN slots s ON s.app_id = i.app_id AND s.sender_id = i.sender_id
-             ORDER BY i.app_id, i.sender_id, i.n
-             ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
-                 created_in_app_at = COALESCE(senders.created_in_app_at,
-                     EXCLUDED.created_in_app_at),
-                 held_stored = senders.held_stored + EXCLUDED.held_stored,
-                 held_overflow = senders.held_overflow + EXCLUDED.held_overflow
-             RETURNING app_id, id, state, version, state_changed_by),
-         admitted AS (
-             SELECT i.*, NULL::bool AS room FROM input i
-             JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
-             WHERE i.held_cap IS NULL AND (s.state = i.assumed
-                 OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
-                     AND s.state_changed_by = 'system' AND s.version = i.version + 1))
-             UNION ALL
-             SELECT i.*, h.room FROM input i JOIN held h ON h.n = i.n),
-         keyed AS (
-             INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
-             SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
-             WHERE idempotency_key IS NOT NULL ORDER BY n
-             ON CONFLICT (api_key_id, key) DO NOTHING
-             RETURNING invite_id)
-         INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-             sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-             accept_url, claimed_by, claimed_until)
-         SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
-             CASE WHEN room IS NOT FALSE THEN resource END,
-             CASE WHEN room IS NOT FALSE THEN message END,
-             CASE WHEN room IS NOT FALSE THEN sender_name END,
-             CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
-             CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
-             CASE WHEN status = 'queued' THEN now() END,
-             CASE WHEN room IS NOT FALSE THEN accept_url END,
-             CASE WHEN claimed AND status = 'queued' THEN $22::text END,
-             CASE WHEN claimed AND status = 'queued'
-                 THEN now() + make_interval(secs => $23::float8) END
-         FROM admitted
-         WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
-         ORDER BY n
-         RETURNING id, created_at, status = 'discarded' AS over_cap,
-             CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
-                 WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
-                 AS claimed_unsubscribed",
-    )
+    sqlx::query_as(INSERT_BATCH)
     .bind(column(rows, |row| row.new.id))
     .bind(column(rows, |row| row.new.api_key_id))
     .bind(column(rows, |row| row.new.sender.app_id))
