@@ -31,8 +31,8 @@ use crate::sender::SenderKey;
 use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
-use store::{Assumed, NewInvite, Written};
 pub use store::batch::INSERT_BATCH;
+use store::{Assumed, NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
 use writer::{Write, Writer};
 

@@ -135,7 +135,10 @@ pub struct OutboxSettings {
 
 /// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`. The
 /// batch is picked once (a materialized CTE), then updated by id within the span of its
-/// `created_at`, so that only the weeks holding it are searched, whatever plan is cached.
+/// `created_at`, so that only the weeks holding it are searched, whatever plan is cached. A
+/// claimed invite (here, or written claimed by the writer) is due again when its lease runs
+/// out, so the search of the outbox's index stops at the due ones instead of walking every
+/// invite in a lease.
 pub const CLAIM: &str = "WITH due AS MATERIALIZED (
              SELECT id, created_at FROM invites
              WHERE status = 'queued' AND next_attempt_at <= now()
@@ -143,7 +146,8 @@ pub const CLAIM: &str = "WITH due AS MATERIALIZED (
              ORDER BY next_attempt_at
              LIMIT $3
              FOR UPDATE SKIP LOCKED)
-         UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2)
+         UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2),
+                 next_attempt_at = now() + make_interval(secs => $2)
              WHERE id = ANY(ARRAY(SELECT id FROM due))
                AND created_at BETWEEN (SELECT min(created_at) FROM due)
                    AND (SELECT max(created_at) FROM due)
@@ -175,7 +179,8 @@ pub const RETRY: &str = "UPDATE invites SET attempts = $3, last_error = $4,
      WHERE id = $1 AND claimed_by = $2 AND created_at = $7";
 
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
-const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL
+const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL,
+         next_attempt_at = now()
      WHERE status = 'queued' AND claimed_by = $1";
 
 /// Sends the invites its instance's writer hands over, and claims the other queued ones

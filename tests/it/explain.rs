@@ -485,3 +485,75 @@ async fn the_batch_statement_reads_its_senders_by_key_with_a_plan_made_on_an_emp
         plan[0]["Plan"]
     );
 }
+
+/// The claim of a polling outbox reads the invites that are due, not those in another
+/// worker's lease: fresh invites are written claimed by their instance's outbox, so under load
+/// most queued invites are in a lease, and a claim that walked them would grow with the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_claim_skips_the_invites_in_a_lease() {
+    let seed = waiting(20);
+    let seed: Vec<&str> = seed.iter().map(String::as_str).collect();
+    let (_db, pool) = migrated("explain-leased", &seed).await;
+    // 2,000 invites written by the batch statement, claimed by another instance's outbox.
+    let n = 2_000;
+    let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
+    let text = |v: &str| vec![Some(v.to_owned()); n];
+    let none = || vec![None::<String>; n];
+    sqlx::query(sendguard::invites::INSERT_BATCH)
+        .bind(&ids)
+        .bind(vec![1_i64; n])
+        .bind(vec![1_i64; n])
+        .bind(text("u1"))
+        .bind(
+            (0..n)
+                .map(|i| format!("l{i}@d.example"))
+                .collect::<Vec<_>>(),
+        )
+        .bind(text("d.example"))
+        .bind(none())
+        .bind(none())
+        .bind(none())
+        .bind(none())
+        .bind(text("queued"))
+        .bind(vec![serde_json::json!({}); n])
+        .bind(none())
+        .bind(vec![vec![0_u8]; n])
+        .bind(none())
+        .bind(text("active"))
+        .bind(vec![true; n])
+        .bind(vec![0_i64; n])
+        .bind(none())
+        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; n])
+        .bind(vec![true; n])
+        .bind("another")
+        .bind(60.0_f64)
+        .bind(vec![None::<i64>; n])
+        .execute(&pool)
+        .await
+        .expect("invites written claimed");
+    let leased: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE claimed_by = 'another' AND claimed_until > now()",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("leased");
+    assert_eq!(leased, n as i64, "the batch writes its invites claimed");
+    sqlx::query("ANALYZE invites")
+        .execute(&pool)
+        .await
+        .expect("analyze");
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sendguard::mail::CLAIM);
+    let plan: Value = sqlx::query_scalar(&explain)
+        .bind("worker")
+        .bind(60.0_f64)
+        .bind(32_i64)
+        .fetch_one(&pool)
+        .await
+        .expect("EXPLAIN the claim");
+    let read = invite_rows_read(&plan[0]["Plan"]);
+    assert!(
+        read <= 200.0,
+        "20 invites are due and 2,000 in a lease; the claim read {read} rows of invites:\n{:#}",
+        plan[0]["Plan"]
+    );
+}

@@ -131,7 +131,8 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          CASE WHEN room IS NOT FALSE THEN sender_name END,
          CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
          CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
-         CASE WHEN status = 'queued' THEN now() END,
+         CASE WHEN status = 'queued' THEN now() + CASE WHEN claimed
+             THEN make_interval(secs => $23::float8) ELSE interval '0' END END,
          CASE WHEN room IS NOT FALSE THEN accept_url END,
          CASE WHEN claimed AND status = 'queued' THEN $22::text END,
          CASE WHEN claimed AND status = 'queued'
@@ -159,34 +160,34 @@ pub async fn insert_batch(
     claim: &Claim<'_>,
 ) -> Result<Vec<WrittenRow>, sqlx::Error> {
     sqlx::query_as(INSERT_BATCH)
-    .bind(column(rows, |row| row.new.id))
-    .bind(column(rows, |row| row.new.api_key_id))
-    .bind(column(rows, |row| row.new.sender.app_id))
-    .bind(column(rows, |row| row.new.sender.id.as_str()))
-    .bind(column(rows, |row| row.new.invite.recipient.as_str()))
-    .bind(column(rows, |row| row.new.invite.recipient_domain.as_str()))
-    .bind(column(rows, |row| {
-        row.new.invite.sender_ip.map(|ip| ip.to_string())
-    }))
-    .bind(column(rows, |row| row.new.invite.resource.as_deref()))
-    .bind(column(rows, |row| row.new.invite.message.as_deref()))
-    .bind(column(rows, |row| row.new.invite.sender_name.as_deref()))
-    .bind(column(rows, |row| row.new.status.as_str()))
-    .bind(column(rows, |row| Json(&row.new.decision)))
-    .bind(column(rows, |row| row.new.idempotency_key.as_deref()))
-    .bind(column(rows, |row| &row.new.request_hash[..]))
-    .bind(column(rows, |row| row.new.accept_url.as_deref()))
-    .bind(column(rows, |row| row.assumed.state.as_str()))
-    .bind(column(rows, |row| row.assumed.admitted))
-    .bind(column(rows, |row| row.assumed.version))
-    .bind(column(rows, |row| row.new.address.as_deref()))
-    .bind(column(rows, |row| row.new.invite.sender_created_at))
-    .bind(&claim.rows)
-    .bind(claim.worker_id)
-    .bind(claim.lease.as_secs_f64())
-    .bind(column(rows, |row| row.held_cap))
-    .fetch_all(conn)
-    .await
+        .bind(column(rows, |row| row.new.id))
+        .bind(column(rows, |row| row.new.api_key_id))
+        .bind(column(rows, |row| row.new.sender.app_id))
+        .bind(column(rows, |row| row.new.sender.id.as_str()))
+        .bind(column(rows, |row| row.new.invite.recipient.as_str()))
+        .bind(column(rows, |row| row.new.invite.recipient_domain.as_str()))
+        .bind(column(rows, |row| {
+            row.new.invite.sender_ip.map(|ip| ip.to_string())
+        }))
+        .bind(column(rows, |row| row.new.invite.resource.as_deref()))
+        .bind(column(rows, |row| row.new.invite.message.as_deref()))
+        .bind(column(rows, |row| row.new.invite.sender_name.as_deref()))
+        .bind(column(rows, |row| row.new.status.as_str()))
+        .bind(column(rows, |row| Json(&row.new.decision)))
+        .bind(column(rows, |row| row.new.idempotency_key.as_deref()))
+        .bind(column(rows, |row| &row.new.request_hash[..]))
+        .bind(column(rows, |row| row.new.accept_url.as_deref()))
+        .bind(column(rows, |row| row.assumed.state.as_str()))
+        .bind(column(rows, |row| row.assumed.admitted))
+        .bind(column(rows, |row| row.assumed.version))
+        .bind(column(rows, |row| row.new.address.as_deref()))
+        .bind(column(rows, |row| row.new.invite.sender_created_at))
+        .bind(&claim.rows)
+        .bind(claim.worker_id)
+        .bind(claim.lease.as_secs_f64())
+        .bind(column(rows, |row| row.held_cap))
+        .fetch_all(conn)
+        .await
 }
 
 /// One array parameter of the batch statement: a value of each row.
