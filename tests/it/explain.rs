@@ -399,8 +399,8 @@ async fn the_outbox_gauges_read_only_the_invites_waiting() {
     );
 }
 
-/// A batch of one held invite (of sender `sender`, id `id`) and one queued invite, as
-/// parameters of [`sendguard::invites::INSERT_BATCH`] for EXECUTE.
+/// A batch of one held invite (of sender `sender`, id `id`, with an `Idempotency-Key`) and one
+/// queued invite, as parameters of [`sendguard::invites::INSERT_BATCH`] for EXECUTE.
 fn batch_args(id: &str, sender: &str) -> String {
     format!(
         "ARRAY['{id}1', '{id}2']::uuid[], ARRAY[1, 1]::int8[], ARRAY[1, 1]::int8[],
@@ -408,34 +408,34 @@ fn batch_args(id: &str, sender: &str) -> String {
          ARRAY['d.example', 'd.example']::text[], ARRAY[NULL, NULL]::text[],
          ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[],
          ARRAY['held', 'queued']::text[], ARRAY['{{}}', '{{}}']::jsonb[],
-         ARRAY[NULL, NULL]::text[], ARRAY['\\x00', '\\x00']::bytea[], ARRAY[NULL, NULL]::text[],
-         ARRAY['active', 'active']::text[], ARRAY[false, false]::bool[], ARRAY[0, 0]::int8[],
+         ARRAY['{id}', NULL]::text[], ARRAY['\\x00', '\\x00']::bytea[],
+         ARRAY[NULL, NULL]::text[], ARRAY['active', 'active']::text[], ARRAY[false, false]::bool[], ARRAY[0, 0]::int8[],
          ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::timestamptz[],
          ARRAY[false, false]::bool[], '', 0, ARRAY[100, NULL]::int8[]"
     )
 }
 
-/// Scans of `senders` that read more rows than the batch has senders.
-fn senders_read(plan: &Value, found: &mut Vec<String>) {
-    if plan["Relation Name"] == "senders" {
+/// Scans of `senders` and `idempotency_keys` that read more rows than a batch of two needs.
+fn keyed_tables_read(plan: &Value, found: &mut Vec<String>) {
+    if let Some(table @ ("senders" | "idempotency_keys")) = plan["Relation Name"].as_str() {
         let loops = plan["Actual Loops"].as_f64().unwrap_or(0.0);
         let rows = plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops
             + plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0) * loops;
         if rows > 10.0 {
-            found.push(format!("{} read {rows} rows", plan["Node Type"]));
+            found.push(format!("{} of {table} read {rows} rows", plan["Node Type"]));
         }
     }
     for child in plan["Plans"].as_array().into_iter().flatten() {
-        senders_read(child, found);
+        keyed_tables_read(child, found);
     }
 }
 
-/// The batch statement finds its senders by their key whatever plan it runs with. A writer's
-/// connection keeps its plans: one made while `senders` was nearly empty (a new installation's
-/// first minutes, or a fresh benchmark database) must not read the whole table for every batch
-/// that holds an invite once there are thousands of senders.
+/// The batch statement finds its senders and its invites' `Idempotency-Key`s by their keys
+/// whatever plan it runs with. A writer's connection keeps its plans: one made while the tables
+/// were nearly empty (a new installation's first minutes, or a fresh benchmark database) must
+/// not read a whole table for every batch that holds an invite once it has grown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_batch_statement_reads_its_senders_by_key_with_a_plan_made_on_an_empty_table() {
+async fn the_batch_statement_reads_by_key_with_a_plan_made_on_empty_tables() {
     let (_db, pool) = migrated(
         "explain-batch",
         &["INSERT INTO api_keys (name, key_hash, app_id) VALUES ('seed', '\\x00', 1)"],
@@ -463,6 +463,13 @@ async fn the_batch_statement_reads_its_senders_by_key_with_a_plan_made_on_an_emp
     .execute(&mut *conn)
     .await
     .expect("20,000 senders");
+    sqlx::query(
+        "INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+         SELECT 1, 'key-' || n, gen_random_uuid(), '\\x00' FROM generate_series(1, 200000) n",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("200,000 idempotency keys");
     let plan: Value = sqlx::query_scalar(&format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({})",
         batch_args("00000000-0000-7000-8000-00000000001", "u4200")
@@ -478,7 +485,7 @@ async fn the_batch_statement_reads_its_senders_by_key_with_a_plan_made_on_an_emp
     .expect("held invites");
     assert_eq!(held, 1, "the batch holds its held invite");
     let mut wide = Vec::new();
-    senders_read(&plan[0]["Plan"], &mut wide);
+    keyed_tables_read(&plan[0]["Plan"], &mut wide);
     assert!(
         wide.is_empty(),
         "a batch of two senders: {wide:?}\n{:#}",

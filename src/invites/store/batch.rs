@@ -82,7 +82,8 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          WHERE i.held_cap IS NOT NULL
              AND (i.idempotency_key IS NULL
                  OR NOT EXISTS (SELECT 1 FROM idempotency_keys k
-                         WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key)
+                         WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key
+                         OFFSET 0)
                      AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
                          AND j.api_key_id = i.api_key_id
                          AND j.idempotency_key = i.idempotency_key))),
@@ -154,6 +155,11 @@ pub const INSERT_BATCH: &str = "WITH input AS (
 /// row as it is once locked (every sender of a batch with held invites is locked first, in key
 /// order, each by its primary key whatever the plan): a repeated request or one whose sender
 /// changed takes none. Answers the rows written.
+///
+/// A plan is kept by the writer's connection for as long as it lives, and one made while the
+/// tables were small would read them whole once they have grown: the senders are locked
+/// through a lateral subquery, and the `Idempotency-Key` check has `OFFSET 0`, which keeps
+/// Postgres from turning it into a hash of the whole table; both stay probes by key.
 pub async fn insert_batch(
     conn: &mut PgConnection,
     rows: &[Row<'_>],
