@@ -400,7 +400,8 @@ async fn the_outbox_gauges_read_only_the_invites_waiting() {
 }
 
 /// A batch of one held invite (of sender `sender`, id `id`, with an `Idempotency-Key`) and one
-/// queued invite, as parameters of [`sendguard::invites::INSERT_BATCH`] for EXECUTE.
+/// queued invite written claimed by an outbox, as parameters of
+/// [`sendguard::invites::INSERT_BATCH`] for EXECUTE.
 fn batch_args(id: &str, sender: &str) -> String {
     format!(
         "ARRAY['{id}1', '{id}2']::uuid[], ARRAY[1, 1]::int8[], ARRAY[1, 1]::int8[],
@@ -411,13 +412,16 @@ fn batch_args(id: &str, sender: &str) -> String {
          ARRAY['{id}', NULL]::text[], ARRAY['\\x00', '\\x00']::bytea[],
          ARRAY[NULL, NULL]::text[], ARRAY['active', 'active']::text[], ARRAY[false, false]::bool[], ARRAY[0, 0]::int8[],
          ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::timestamptz[],
-         ARRAY[false, false]::bool[], '', 0, ARRAY[100, NULL]::int8[]"
+         ARRAY[false, true]::bool[], 'worker', 60, ARRAY[100, NULL]::int8[]"
     )
 }
 
-/// Scans of `senders` and `idempotency_keys` that read more rows than a batch of two needs.
+/// Scans of `senders`, `idempotency_keys` and `suppressions` that read more rows than a batch
+/// of two needs.
 fn keyed_tables_read(plan: &Value, found: &mut Vec<String>) {
-    if let Some(table @ ("senders" | "idempotency_keys")) = plan["Relation Name"].as_str() {
+    if let Some(table @ ("senders" | "idempotency_keys" | "suppressions")) =
+        plan["Relation Name"].as_str()
+    {
         let loops = plan["Actual Loops"].as_f64().unwrap_or(0.0);
         let rows = plan["Actual Rows"].as_f64().unwrap_or(0.0) * loops
             + plan["Rows Removed by Filter"].as_f64().unwrap_or(0.0) * loops;
@@ -430,8 +434,8 @@ fn keyed_tables_read(plan: &Value, found: &mut Vec<String>) {
     }
 }
 
-/// The batch statement finds its senders and its invites' `Idempotency-Key`s by their keys
-/// whatever plan it runs with. A writer's connection keeps its plans: one made while the tables
+/// The batch statement finds its senders, its invites' `Idempotency-Key`s and their
+/// recipients' unsubscriptions by their keys whatever plan it runs with. A writer's connection keeps its plans: one made while the tables
 /// were nearly empty (a new installation's first minutes, or a fresh benchmark database) must
 /// not read a whole table for every batch that holds an invite once it has grown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,6 +474,13 @@ async fn the_batch_statement_reads_by_key_with_a_plan_made_on_empty_tables() {
     .execute(&mut *conn)
     .await
     .expect("200,000 idempotency keys");
+    sqlx::query(
+        "INSERT INTO suppressions (app_id, recipient)
+         SELECT 1, 's' || n || '@d.example' FROM generate_series(1, 100000) n",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("100,000 suppressions");
     let plan: Value = sqlx::query_scalar(&format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({})",
         batch_args("00000000-0000-7000-8000-00000000001", "u4200")
