@@ -3,7 +3,8 @@
 //! audit entries and 200,000 idempotency keys: none reads a whole growing table or a whole
 //! partition that holds rows (EXPLAIN, after ANALYZE, with the parameters the pages pass). And
 //! the outbox's writes search only the weeks that hold their invites, with the plans made for
-//! their values and with a cached plan.
+//! their values and with a cached plan; its claim skips the invites in a lease; and the batch
+//! statement probes its tables by key even with a plan cached while they were empty.
 
 use std::collections::BTreeSet;
 
