@@ -202,13 +202,9 @@ async fn a_malformed_key_is_refused_without_a_query() {
 /// connection pool: invites with a known key are still recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_unknown_keys_leaves_the_pool_to_invites() {
-    // Key lookups are made slow by a lock on the keys table. Invites must not wait on that lock
-    // themselves, so their foreign key to it is dropped for this test.
-    let stage = Stage::start(
-        "keyflood",
-        &["ALTER TABLE invites DROP CONSTRAINT invites_api_key_id_fkey"],
-    )
-    .await;
+    // Key lookups are made slow by a lock on the keys table; invites do not read that table
+    // when they are written (they have no foreign key to it).
+    let stage = Stage::start("keyflood", &[]).await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     // The known key is cached after its use (twice: an instance empties its caches once when
     // its change listener connects at start).

@@ -11,7 +11,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, admin, api_key, connections_down_to, wait_for};
+use crate::support::app::{Stage, admin, api_key, connections_down_to, orphan_invites, wait_for};
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
@@ -61,6 +61,11 @@ async fn concurrent_invites_share_commits_and_each_answer_follows_its_commit() {
     for send in sends {
         send.await.expect("send");
     }
+    assert_eq!(
+        orphan_invites(&mut *check.lock().await).await,
+        0,
+        "every invite has its sender and its key"
+    );
     // The instance's connections report their counts as they close.
     let Stage {
         app,

@@ -183,6 +183,22 @@ pub async fn api_key(pool: &PgPool) -> String {
     app_key(pool, sendguard::apps::DEFAULT_APP).await
 }
 
+/// Invites whose sender or API key does not exist. There must be none: every invite is written
+/// in the transaction that upserts its sender's row, with the key its request was authenticated
+/// with, and neither senders nor keys are ever deleted. `invites` has no foreign keys to check
+/// it (migration 0010), so the tests that write through every path do.
+pub async fn orphan_invites(conn: impl sqlx::PgExecutor<'_>) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM invites i
+         WHERE NOT EXISTS (SELECT 1 FROM senders s
+                 WHERE s.app_id = i.app_id AND s.id = i.sender_id)
+             OR NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.id = i.api_key_id)",
+    )
+    .fetch_one(conn)
+    .await
+    .expect("invites without their sender or key")
+}
+
 /// Creates an API key of app `app` in the test database.
 pub async fn app_key(pool: &PgPool, app: &str) -> String {
     let app_id = sendguard::apps::store::id_of(pool, app).await.expect("app");
