@@ -12,6 +12,7 @@ use tokio::sync::Mutex;
 
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
+use crate::moderation;
 
 /// What the probes need.
 #[derive(Clone)]
@@ -33,16 +34,14 @@ struct Read {
 /// How long gauges read from Postgres are served before they are read again.
 const GAUGES_FOR: Duration = Duration::from_secs(5);
 
-/// The outbox's depth, the age of its oldest invite and the senders awaiting review. The
-/// queued invites are read once, from the outbox's index: asked for `min(created_at)` alone,
-/// Postgres walks every week's age index from the oldest row, expecting a queued one soon,
-/// and reads the whole history, since waiting invites are the newest.
+/// The outbox's depth and the age of its oldest invite. The queued invites are read once,
+/// from the outbox's index: asked for `min(created_at)` alone, Postgres walks every week's age
+/// index from the oldest row, expecting a queued one soon, and reads the whole history, since
+/// waiting invites are the newest.
 pub const GAUGES: &str = "WITH queued AS MATERIALIZED (
          SELECT created_at FROM invites WHERE status = 'queued')
      SELECT (SELECT count(*) FROM queued),
-         COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM queued))::float8, 0),
-         ((SELECT count(*) FROM senders WHERE state = 'shadow_banned')
-          + (SELECT count(*) FROM senders WHERE state = 'active' AND held_stored > 0))";
+         COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM queued))::float8, 0)";
 
 /// Name, help text (without its final period, which the encoder adds) and value.
 type Gauge = (&'static str, &'static str, f64);
@@ -65,8 +64,10 @@ impl Ops {
         {
             return read.gauges.clone();
         }
-        let read: Option<(i64, f64, i64)> = sqlx::query_as(GAUGES).fetch_one(&self.pool).await.ok();
-        let Some((depth, oldest, awaiting)) = read else {
+        let outbox: Option<(i64, f64)> = sqlx::query_as(GAUGES).fetch_one(&self.pool).await.ok();
+        // The count the dashboard's overview shows, by the same definition.
+        let awaiting = moderation::senders::awaiting_review(&self.pool).await.ok();
+        let (Some((depth, oldest)), Some(awaiting)) = (outbox, awaiting) else {
             return Vec::new();
         };
         let gauges = vec![
