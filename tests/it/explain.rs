@@ -400,20 +400,87 @@ async fn the_outbox_gauges_read_only_the_invites_waiting() {
     );
 }
 
-/// A batch of one held invite (of sender `sender`, id `id`, with an `Idempotency-Key`) and one
-/// queued invite written claimed by an outbox, as parameters of
-/// [`sendguard::invites::INSERT_BATCH`] for EXECUTE.
-fn batch_args(id: &str, sender: &str) -> String {
-    format!(
-        "ARRAY['{id}1', '{id}2']::uuid[], ARRAY[1, 1]::int8[], ARRAY[1, 1]::int8[],
-         ARRAY['{sender}', 'fresh']::text[], ARRAY['a@d.example', 'b@d.example']::text[],
-         ARRAY['d.example', 'd.example']::text[], ARRAY[NULL, NULL]::text[],
-         ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[],
-         ARRAY['held', 'queued']::text[], ARRAY['{{}}', '{{}}']::jsonb[],
-         ARRAY['{id}', NULL]::text[], ARRAY['\\x00', '\\x00']::bytea[],
-         ARRAY[NULL, NULL]::text[], ARRAY['active', 'active']::text[], ARRAY[false, false]::bool[], ARRAY[0, 0]::int8[],
-         ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::timestamptz[],
-         ARRAY[false, true]::bool[], 'worker', 60, ARRAY[100, NULL]::int8[]"
+/// An invite of a batch the tests write with [`sendguard::invites::INSERT_BATCH`]: queued, or
+/// held under a cap of 100 when `held`.
+struct BatchRow<'a> {
+    id: uuid::Uuid,
+    sender: &'a str,
+    recipient: String,
+    held: bool,
+    idempotency_key: Option<&'a str>,
+    /// Written claimed by outbox `worker`, for a minute.
+    claimed: bool,
+}
+
+/// The parameters of [`sendguard::invites::INSERT_BATCH`] for these rows, for EXECUTE.
+fn batch_args(rows: &[BatchRow<'_>], worker: &str) -> String {
+    let n = rows.len();
+    let array = |kind: &str, value: &dyn Fn(&BatchRow<'_>) -> String| {
+        let values: Vec<String> = rows.iter().map(value).collect();
+        format!("ARRAY[{}]::{kind}[]", values.join(", "))
+    };
+    let nulls = |kind: &str| format!("array_fill(NULL::{kind}, ARRAY[{n}])");
+    let same = |value: &str, kind: &str| format!("array_fill({value}::{kind}, ARRAY[{n}])");
+    [
+        array("uuid", &|r| format!("'{}'", r.id)),
+        same("1", "int8"),
+        same("1", "int8"),
+        array("text", &|r| format!("'{}'", r.sender)),
+        array("text", &|r| format!("'{}'", r.recipient)),
+        same("'d.example'", "text"),
+        nulls("text"),
+        nulls("text"),
+        nulls("text"),
+        nulls("text"),
+        array("text", &|r| {
+            (if r.held { "'held'" } else { "'queued'" }).to_owned()
+        }),
+        same("'{}'", "jsonb"),
+        array("text", &|r| {
+            r.idempotency_key
+                .map_or("NULL".to_owned(), |key| format!("'{key}'"))
+        }),
+        same("'\\x00'", "bytea"),
+        nulls("text"),
+        same("'active'", "text"),
+        same("false", "bool"),
+        same("0", "int8"),
+        nulls("text"),
+        nulls("timestamptz"),
+        array("bool", &|r| r.claimed.to_string()),
+        format!("'{worker}'"),
+        "60".to_owned(),
+        array("int8", &|r| {
+            (if r.held { "100" } else { "NULL" }).to_owned()
+        }),
+    ]
+    .join(", ")
+}
+
+/// A batch of one held invite of `sender`, with an `Idempotency-Key`, and one queued invite of
+/// a new sender written claimed by an outbox.
+fn held_and_queued(sender: &str) -> String {
+    let key = uuid::Uuid::now_v7().to_string();
+    batch_args(
+        &[
+            BatchRow {
+                id: uuid::Uuid::now_v7(),
+                sender,
+                recipient: "a@d.example".to_owned(),
+                held: true,
+                idempotency_key: Some(&key),
+                claimed: false,
+            },
+            BatchRow {
+                id: uuid::Uuid::now_v7(),
+                sender: "fresh",
+                recipient: "b@d.example".to_owned(),
+                held: false,
+                idempotency_key: None,
+                claimed: true,
+            },
+        ],
+        "worker",
     )
 }
 
@@ -436,9 +503,10 @@ fn keyed_tables_read(plan: &Value, found: &mut Vec<String>) {
 }
 
 /// The batch statement finds its senders, its invites' `Idempotency-Key`s and their
-/// recipients' unsubscriptions by their keys whatever plan it runs with. A writer's connection keeps its plans: one made while the tables
-/// were nearly empty (a new installation's first minutes, or a fresh benchmark database) must
-/// not read a whole table for every batch that holds an invite once it has grown.
+/// recipients' unsubscriptions by their keys whatever plan it runs with. A writer's connection
+/// keeps its plans: one made while the tables were nearly empty (a new installation's first
+/// minutes, or a fresh benchmark database) must not read a whole table for every batch that
+/// holds an invite once it has grown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batch_statement_reads_by_key_with_a_plan_made_on_empty_tables() {
     let (_db, pool) = migrated(
@@ -455,13 +523,10 @@ async fn the_batch_statement_reads_by_key_with_a_plan_made_on_empty_tables() {
     .execute(&mut *conn)
     .await
     .expect("PREPARE the batch statement");
-    sqlx::raw_sql(&format!(
-        "EXECUTE probe({})",
-        batch_args("00000000-0000-7000-8000-00000000000", "first")
-    ))
-    .execute(&mut *conn)
-    .await
-    .expect("the first batch");
+    sqlx::raw_sql(&format!("EXECUTE probe({})", held_and_queued("first")))
+        .execute(&mut *conn)
+        .await
+        .expect("the first batch");
     sqlx::query(
         "INSERT INTO senders (app_id, id) SELECT 1, 'u' || n FROM generate_series(1, 20000) n",
     )
@@ -484,7 +549,7 @@ async fn the_batch_statement_reads_by_key_with_a_plan_made_on_empty_tables() {
     .expect("100,000 suppressions");
     let plan: Value = sqlx::query_scalar(&format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({})",
-        batch_args("00000000-0000-7000-8000-00000000001", "u4200")
+        held_and_queued("u4200")
     ))
     .fetch_one(&mut *conn)
     .await
@@ -515,41 +580,24 @@ async fn the_outbox_claim_skips_the_invites_in_a_lease() {
     let (_db, pool) = migrated("explain-leased", &seed).await;
     // 2,000 invites written by the batch statement, claimed by another instance's outbox.
     let n = 2_000;
-    let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
-    let text = |v: &str| vec![Some(v.to_owned()); n];
-    let none = || vec![None::<String>; n];
-    sqlx::query(sendguard::invites::INSERT_BATCH)
-        .bind(&ids)
-        .bind(vec![1_i64; n])
-        .bind(vec![1_i64; n])
-        .bind(text("u1"))
-        .bind(
-            (0..n)
-                .map(|i| format!("l{i}@d.example"))
-                .collect::<Vec<_>>(),
-        )
-        .bind(text("d.example"))
-        .bind(none())
-        .bind(none())
-        .bind(none())
-        .bind(none())
-        .bind(text("queued"))
-        .bind(vec![serde_json::json!({}); n])
-        .bind(none())
-        .bind(vec![vec![0_u8]; n])
-        .bind(none())
-        .bind(text("active"))
-        .bind(vec![true; n])
-        .bind(vec![0_i64; n])
-        .bind(none())
-        .bind(vec![None::<chrono::DateTime<chrono::Utc>>; n])
-        .bind(vec![true; n])
-        .bind("another")
-        .bind(60.0_f64)
-        .bind(vec![None::<i64>; n])
-        .execute(&pool)
-        .await
-        .expect("invites written claimed");
+    let rows: Vec<BatchRow<'_>> = (0..n)
+        .map(|i| BatchRow {
+            id: uuid::Uuid::now_v7(),
+            sender: "u1",
+            recipient: format!("l{i}@d.example"),
+            held: false,
+            idempotency_key: None,
+            claimed: true,
+        })
+        .collect();
+    sqlx::raw_sql(&format!(
+        "PREPARE batch AS {}; EXECUTE batch({})",
+        sendguard::invites::INSERT_BATCH,
+        batch_args(&rows, "another")
+    ))
+    .execute(&pool)
+    .await
+    .expect("invites written claimed");
     let leased: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM invites WHERE claimed_by = 'another' AND claimed_until > now()",
     )
