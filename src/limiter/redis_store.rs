@@ -39,9 +39,10 @@ impl RedisSettings {
     }
 }
 
-/// The one script: each algorithm as a function (`prelude.lua`, its fast path if it has one,
-/// `helpers.lua`, its body) made by `algorithm(code)`, between the clock (`decide_head.lua`) and
-/// the dispatcher (`decide_tail.lua`).
+/// The one script: the time (`decide_head.lua`), then a loop over the rules that picks each
+/// one's algorithm by its code, the algorithm a function (`prelude.lua`, its fast path if it has
+/// one, `helpers.lua`, its body) made when the call first needs it, and the call of it for the
+/// rule's key (`decide_tail.lua`).
 struct Script {
     source: String,
     sha: String,
@@ -61,20 +62,28 @@ impl Script {
             ("l", "", include_str!("lua/sliding_log.lua")),
             ("d", "", include_str!("lua/distinct.lua")),
         ];
-        // Creating a function costs an allocation each time the script runs past its
-        // definition, so each algorithm's function is made only when a rule asks for it.
+        // One local per algorithm holds its function once a rule of the call has made it: a
+        // table or a function to hold them would be one more allocation on every call.
+        let codes: Vec<String> = algorithms
+            .iter()
+            .map(|(code, ..)| format!("made_{code}"))
+            .collect();
         let mut source = String::from(include_str!("lua/decide_head.lua"));
-        source.push_str(
-            "local made = {}\nlocal function algorithm(code)\n  local f = made[code]\n  if f then\n    return f\n  end\n",
-        );
-        for (code, fast, body) in algorithms {
+        source.push_str(&format!(
+            "local {}\nfor n = 2, #ARGV, 4 do\n  local code, run = ARGV[n], nil\n",
+            codes.join(", ")
+        ));
+        for (n, (code, fast, body)) in algorithms.iter().enumerate() {
             source.push_str(&format!(
-                "  if code == '{code}' then\n    f = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n  end\n",
+                "  {}if code == '{code}' then\n    run = made_{code}\n    if not run then\n      run = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n      made_{code} = run\n    end\n",
+                if n == 0 { "" } else { "else" },
                 include_str!("lua/prelude.lua"),
                 include_str!("lua/helpers.lua"),
             ));
         }
-        source.push_str("  made[code] = f\n  return f\nend\n");
+        source.push_str(
+            "  else\n    return redis.error_reply('unknown algorithm code ' .. tostring(code))\n  end\n",
+        );
         source.push_str(include_str!("lua/decide_tail.lua"));
         let sha = redis::Script::new(&source).get_hash().to_owned();
         Script { source, sha }

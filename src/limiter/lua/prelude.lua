@@ -1,6 +1,7 @@
 -- The head of one rule's function (the Rust side wraps prelude, the fast path if the algorithm
 -- has one, helpers.lua and the algorithm's body in `function(key, key2, cost_arg, option, rule)`,
--- made by `algorithm(code)`; decide_head.lua and decide_tail.lua around them make the script).
+-- made by the dispatcher's branch of its code; decide_head.lua and decide_tail.lua around them
+-- make the script).
 -- rule packs limit * 2^33 + count_over_limit * 2^32 + window_ms (every argument costs Redis a
 -- table slot and a string, every number a strtod). A function returns {allowed (0|1), count,
 -- remaining, retry_after_ms, reset_after_ms}, all integers, or for an attempt a fast path
