@@ -64,14 +64,14 @@ impl Script {
         ];
         // One local per algorithm holds its function once a rule of the call has made it: a
         // table or a function to hold them would be one more allocation on every call.
-        let codes: Vec<String> = algorithms
+        let made: Vec<String> = algorithms
             .iter()
             .map(|(code, ..)| format!("made_{code}"))
             .collect();
         let mut source = String::from(include_str!("lua/decide_head.lua"));
         source.push_str(&format!(
             "local {}\nfor n = 2, #ARGV, 4 do\n  local code, run = ARGV[n], nil\n",
-            codes.join(", ")
+            made.join(", ")
         ));
         for (n, (code, fast, body)) in algorithms.iter().enumerate() {
             source.push_str(&format!(

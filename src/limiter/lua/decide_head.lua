@@ -6,8 +6,8 @@
 -- answer comes back as it is; several as an array in order.
 -- The dispatcher is a loop in the script's body, and an algorithm's function (each mirrors
 -- src/limiter/algorithms.rs) is made when a rule of the call first asks for it: every function
--- the body makes is an allocation on every call, and functions wrapped around the dispatch
--- cost a fast-path decision a fifth of its time.
+-- the body makes is an allocation on every call, and the functions that used to wrap the
+-- dispatch cost a fast-path decision 8-19% of its time in Redis.
 local now = tonumber(ARGV[1])
 -- `out` is made only for several rules.
 local out, k = nil, 1
