@@ -39,10 +39,10 @@ impl RedisSettings {
     }
 }
 
-/// The one script: the time (`decide_head.lua`), then a loop over the rules that picks each
-/// one's algorithm by its code, the algorithm a function (`prelude.lua`, its fast path if it has
-/// one, `helpers.lua`, its body) made when the call first needs it, and the call of it for the
-/// rule's key (`decide_tail.lua`).
+/// The one script: a loop over the rules (opened in `decide_head.lua`, closed in
+/// `decide_tail.lua`) that picks each rule's algorithm by its code; an algorithm is a function
+/// (`prelude.lua`, its fast path if it has one, `helpers.lua`, its body) made when the call first
+/// needs it.
 struct Script {
     source: String,
     sha: String,
@@ -68,11 +68,8 @@ impl Script {
             .iter()
             .map(|(code, ..)| format!("made_{code}"))
             .collect();
-        let mut source = String::from(include_str!("lua/decide_head.lua"));
-        source.push_str(&format!(
-            "local {}\nfor n = 2, #ARGV, 4 do\n  local code, run = ARGV[n], nil\n",
-            made.join(", ")
-        ));
+        let mut source = format!("local {}\n", made.join(", "));
+        source.push_str(include_str!("lua/decide_head.lua"));
         for (n, (code, fast, body)) in algorithms.iter().enumerate() {
             source.push_str(&format!(
                 "  {}if code == '{code}' then\n    run = made_{code}\n    if not run then\n      run = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n      made_{code} = run\n    end\n",
