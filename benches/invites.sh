@@ -133,6 +133,9 @@ script_calls() {
     awk -F'[=,:]' '/^cmdstat_(evalsha|eval):/ {n += $3} END {print n + 0}'
 }
 calls_before=$(script_calls)
+# Reads of client sockets Redis made: how many invites' calls arrive in one read.
+redis_reads() { redis-cli -u "$redis_url" info stats | tr -d '\r' | awk -F: '/^total_reads_processed:/ {print $2}'; }
+reads_before=$(redis_reads)
 # The service's own latency histograms, for where a request waits: summed over the phase.
 waited() {
   curl -fs "http://127.0.0.1:$metrics_port/metrics" |
@@ -145,6 +148,7 @@ export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
 sat_out=$(measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 after=$(pgsql -c "SELECT count(*) FROM invites")
 calls_after=$(script_calls)
+reads_after=$(redis_reads)
 waits_after=$(waited)
 paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
@@ -210,6 +214,8 @@ echo "invites by status: $(pgsql -c "SELECT string_agg(status || ' ' || n, ', ' 
 echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
 awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
   'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
+awk -v r=$((reads_after - reads_before)) -v n=$((after - before)) \
+  'BEGIN { printf "redis socket reads per invite in the saturation phase: %.2f\n", r / (n > 0 ? n : 1) }'
 per_sender() { echo $(($1 / (senders > 0 ? senders : 1))); }
 all_kinds=0
 for kind in "${!kind_keys[@]}"; do all_kinds=$((all_kinds + $(kind_total "$kind"))); done

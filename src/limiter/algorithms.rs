@@ -50,7 +50,7 @@ impl State {
         member: Option<u64>,
         now_ms: u64,
     ) -> Decision {
-        match (self, q.algorithm) {
+        let decision = match (self, q.algorithm) {
             (State::Distinct(s), Algorithm::Distinct) => match member {
                 Some(m) => s.decide(q, m, cost, now_ms),
                 None => s.decide(q, 0, 0, now_ms),
@@ -70,7 +70,8 @@ impl State {
                 *state = State::new(algorithm);
                 state.decide_member(q, cost, member, now_ms)
             }
-        }
+        };
+        q.reported(decision)
     }
 
     /// How long the Redis script keeps the key after a write at `now_ms`: the in-process store

@@ -119,6 +119,12 @@ pub struct Quota {
     /// Record attempts even when they are over the limit (shadow-ban rules: a spammer who keeps
     /// going stays over).
     pub count_over_limit: bool,
+    /// A denied decision says how long to wait (`retry_after_ms`, `reset_after_ms`). Off where
+    /// no answer shows the wait (rules whose action is not `reject`): their denied decisions
+    /// carry 0 for both, and the Redis script denies an attempt in the current sub-window with
+    /// one command instead of reading the key's sub-windows for a wait nobody reads. A
+    /// spammer's attempts are mostly denied ones.
+    pub reports_wait: bool,
 }
 
 impl Quota {
@@ -128,12 +134,31 @@ impl Quota {
             window_ms: window_secs * 1000,
             algorithm,
             count_over_limit: false,
+            reports_wait: true,
         }
     }
 
     pub fn counting_over_limit(mut self) -> Self {
         self.count_over_limit = true;
         self
+    }
+
+    pub fn without_wait(mut self) -> Self {
+        self.reports_wait = false;
+        self
+    }
+
+    /// `decision` as this quota reports it: a denied one without its wait when the wait is
+    /// not reported.
+    pub fn reported(&self, decision: Decision) -> Decision {
+        if decision.allowed || self.reports_wait {
+            return decision;
+        }
+        Decision {
+            retry_after_ms: 0,
+            reset_after_ms: 0,
+            ..decision
+        }
     }
 
     /// Rejects quotas no algorithm can serve. A limit of 0 (any occurrence is over) suits every
@@ -150,9 +175,11 @@ impl Quota {
                 self.algorithm
             )));
         }
-        if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&self.window_ms) {
+        if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&self.window_ms)
+            || !self.window_ms.is_multiple_of(1000)
+        {
             return Err(LimiterError::InvalidQuota(format!(
-                "window must be between {} s and {} s",
+                "window must be whole seconds between {} s and {} s",
                 MIN_WINDOW_MS / 1000,
                 MAX_WINDOW_MS / 1000
             )));

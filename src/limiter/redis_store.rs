@@ -306,12 +306,16 @@ fn one_group(checks: &[Check<'_>]) -> Vec<Group> {
 }
 
 // A packed rule stays below 2^53, where a Lua number is still an exact integer.
-const _: () = assert!(MAX_LIMIT < 1 << 20 && MAX_WINDOW_MS < 1 << 32);
+const _: () = assert!(MAX_LIMIT < 1 << 20 && MAX_WINDOW_MS / 1000 < 1 << 22);
 
-/// `limit * 2^33 + count_over_limit * 2^32 + window_ms`: one argument instead of three, because
-/// each argument costs the script a table slot, a string and a number conversion (prelude.lua).
+/// `limit * 2^24 + without_wait * 2^23 + count_over_limit * 2^22 + window_secs` (a window is
+/// whole seconds, [`Quota::validate`]): one argument instead of four, because each argument
+/// costs the script a table slot, a string and a number conversion (prelude.lua).
 fn packed_rule(q: &Quota) -> u64 {
-    (q.limit << 33) | (u64::from(q.count_over_limit) << 32) | q.window_ms
+    (q.limit << 24)
+        | (u64::from(!q.reports_wait) << 23)
+        | (u64::from(q.count_over_limit) << 22)
+        | (q.window_ms / 1000)
 }
 
 /// NOSCRIPT: the script did not run, so sending it again counts it once.

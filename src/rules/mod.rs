@@ -225,6 +225,8 @@ pub fn quota_for(
     };
     let mut quota = Quota::new(limit, window_secs, algorithm);
     quota.count_over_limit = action.counts_over_limit();
+    // Only a rejection tells the caller when to come back.
+    quota.reports_wait = action == Action::Reject;
     quota
 }
 

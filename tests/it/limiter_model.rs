@@ -30,19 +30,22 @@ fn cases(default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-/// A rule of any algorithm and window with a small limit, counting over it or not.
+/// A rule of any algorithm and window with a small limit, counting over it or not, reporting
+/// the wait of a denied attempt or not.
 fn rule() -> impl Strategy<Value = Quota> {
     (
         0..Algorithm::ALL.len(),
         0..WINDOWS.len(),
         1u64..12,
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(a, w, limit, over)| Quota {
+        .prop_map(|(a, w, limit, over, wait)| Quota {
             limit,
             window_ms: WINDOWS[w] * 1000,
             algorithm: Algorithm::ALL[a],
             count_over_limit: over,
+            reports_wait: wait,
         })
 }
 
@@ -181,13 +184,17 @@ proptest! {
     }
 }
 
-/// A distinct rule: a small limit, windows of every length, counting over the limit or not.
+/// A distinct rule: a small limit, windows of every length, counting over the limit or not,
+/// reporting the wait of a denied attempt or not.
 fn distinct_rule() -> impl Strategy<Value = Quota> {
-    (0..WINDOWS.len(), 0u64..6, any::<bool>()).prop_map(|(w, limit, over)| Quota {
-        limit,
-        window_ms: WINDOWS[w] * 1000,
-        algorithm: Algorithm::Distinct,
-        count_over_limit: over,
+    (0..WINDOWS.len(), 0u64..6, any::<bool>(), any::<bool>()).prop_map(|(w, limit, over, wait)| {
+        Quota {
+            limit,
+            window_ms: WINDOWS[w] * 1000,
+            algorithm: Algorithm::Distinct,
+            count_over_limit: over,
+            reports_wait: wait,
+        }
     })
 }
 

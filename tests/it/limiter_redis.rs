@@ -227,3 +227,60 @@ async fn an_invites_rules_are_one_script_call_on_a_single_server() {
         .sum();
     assert_eq!(calls, 1, "script calls for three subjects:\n{stats}");
 }
+
+/// Calls of each command inside scripts on a private server, from `INFO commandstats`.
+async fn command_calls(store: &sendguard::limiter::RedisStore) -> Vec<(String, u64)> {
+    let stats: String = crate::support::query(store, redis::cmd("INFO").arg("commandstats")).await;
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| !["evalsha", "eval", "config|resetstat"].contains(&name.as_str()))
+        .collect()
+}
+
+/// A denied attempt of a rule whose wait nobody reads (every action but `reject`) costs the
+/// script two commands: the count and taking it back. Reading the key's sub-windows for the
+/// wait (HMGET, HGETALL, HSET) is left to rules that report it, which still get one.
+#[tokio::test]
+async fn a_denied_attempt_without_a_reported_wait_is_two_commands() {
+    let server = crate::support::redis_server::RedisServer::start().await;
+    let store = sendguard::limiter::RedisStore::connect(&sendguard::limiter::RedisSettings::new(
+        server.url(),
+    ))
+    .await
+    .expect("connect");
+    let prefix = crate::support::unique_prefix("quiet");
+    let reporting = Quota::new(1, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let quiet = reporting.without_wait();
+    for (quota, subject) in [(&quiet, "sender:1:quiet"), (&reporting, "sender:1:loud")] {
+        let key = prefix.key(subject, "sender-hourly", quota);
+        let check = [sendguard::limiter::Check::new(&key, quota, 1)];
+        let first = store.check_batch(&check, None).await.expect("decide");
+        assert!(first[0].allowed, "{first:?}");
+        let _: () = crate::support::query(&store, redis::cmd("CONFIG").arg("RESETSTAT")).await;
+        let denied = store.check_batch(&check, None).await.expect("decide")[0];
+        assert!(!denied.allowed, "{denied:?}");
+        assert_eq!((denied.count, denied.remaining), (1, 0), "{denied:?}");
+        let calls = command_calls(&store).await;
+        if quota.reports_wait {
+            assert!(denied.retry_after_ms > 0, "{denied:?}");
+            assert!(calls.len() > 1, "the wait needs the sub-windows: {calls:?}");
+        } else {
+            assert_eq!((denied.retry_after_ms, denied.reset_after_ms), (0, 0));
+            assert_eq!(calls, [("hincrby".to_owned(), 2)], "{calls:?}");
+        }
+        // The attempt was taken back: the count is still the first attempt's.
+        let read = [sendguard::limiter::Check::new(&key, quota, 0)];
+        let after = store.check_batch(&read, None).await.expect("read")[0];
+        assert_eq!(after.count, 1, "{after:?}");
+    }
+}

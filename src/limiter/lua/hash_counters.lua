@@ -181,7 +181,7 @@ local function to_ms(span_a)
 end
 
 local retry = 0
-if not allowed then
+if not allowed and not quiet then
   if cost > limit then
     retry = window
   else
@@ -230,7 +230,7 @@ if not allowed then
 end
 
 local reset = 0
-if total > 0 then
+if total > 0 and (allowed or not quiet) then
   -- The newest sub-window with a count leaves last; usually it is the head.
   local newest = h
   while newest > h - RING and value(newest) == 0 do

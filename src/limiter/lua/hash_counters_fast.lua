@@ -9,7 +9,8 @@
 --              window's edge cuts through. The head's count is total - base.
 -- So a counted attempt in the newest sub-window changes only 'm': one HINCRBY, whose answer
 -- carries the whole decision under the harsh edge (lenient and weighted read the head's slot for
--- the oldest count); a read of a key that does not exist is one HGET. Everything else reads the
+-- the oldest count), and one more takes it back when it is denied and its wait is not read; a
+-- read of a key that does not exist is one HGET. Everything else reads the
 -- state, prunes the sub-windows that left the window and writes it back. A head is only ever
 -- written together with the expiry that outlives it, so the fast path never touches the expiry.
 -- Time runs in a-units (ms * 60): a sub-window is exactly `window` a-units long.
@@ -59,6 +60,17 @@ if cost > 0 then
       end
       if count <= limit then
         return count * TOTALS + math.ceil(((i + span) * window - a) / 60)
+      end
+      if quiet then
+        -- Denied, and no one reads its wait: counted over the limit, the attempt stays in
+        -- 'm' like an allowed one; otherwise its cost is taken back, as the general path would
+        -- write 'm'. Either way nothing else in the key changes.
+        if over then
+          return { 0, count, 0, 0, 0 }
+        end
+        redis.call('HINCRBY', key, 'm', '-' .. cost_arg)
+        count = count - cost
+        return { 0, count, limit > count and limit - count or 0, 0, 0 }
       end
     end
   end

@@ -1,6 +1,5 @@
 -- Helpers shared by every script, defined after any fast path: creating a closure costs the
 -- script time on every call, so a path that returns early should not pay for them.
-local over = math.floor(rule / 4294967296) % 2 == 1
 
 -- Integers as strings: tostring is exact below 10^14 (Lua prints 14 digits) and cheaper than
 -- string.format, which larger values (token bucket deficits) need.
@@ -17,6 +16,9 @@ local function records(allowed)
 end
 
 local function reply(allowed, count, remaining, retry, reset)
+  if quiet and not allowed then
+    retry, reset = 0, 0
+  end
   return { allowed and 1 or 0, count, remaining, retry, reset }
 end
 

@@ -2,11 +2,14 @@
 -- has one, helpers.lua and the algorithm's body in `function(key, key2, cost_arg, option, rule)`,
 -- made by the dispatcher's branch of its code; decide_head.lua and decide_tail.lua around them
 -- make the script).
--- rule packs limit * 2^33 + count_over_limit * 2^32 + window_ms (every argument costs Redis a
--- table slot and a string, every number a strtod). A function returns {allowed (0|1), count,
+-- rule packs limit * 2^24 + quiet * 2^23 + count_over_limit * 2^22 + window_secs (every
+-- argument costs Redis a table slot and a string, every number a strtod); quiet: a denied
+-- decision's wait is not read, and is answered as 0. A function returns {allowed (0|1), count,
 -- remaining, retry_after_ms, reset_after_ms}, all integers, or for an attempt a fast path
 -- allowed (or a read found nothing), the single integer count * 2^32 + reset_after_ms.
 -- Each algorithm mirrors src/limiter/algorithms.rs: same state, same integer arithmetic.
 local cost = tonumber(cost_arg)
-local window = rule % 4294967296
-local limit = math.floor(rule / 8589934592)
+local window = rule % 4194304 * 1000
+local limit = math.floor(rule / 16777216)
+local flags = math.floor(rule / 4194304) % 4
+local over, quiet = flags % 2 == 1, flags >= 2

@@ -22,6 +22,19 @@ impl Reference {
     }
 
     pub fn decide(&mut self, cost: u64, t: u64) -> Decision {
+        let decision = self.decide_with_wait(cost, t);
+        if decision.allowed || self.quota.reports_wait {
+            decision
+        } else {
+            Decision {
+                retry_after_ms: 0,
+                reset_after_ms: 0,
+                ..decision
+            }
+        }
+    }
+
+    fn decide_with_wait(&mut self, cost: u64, t: u64) -> Decision {
         if let Algorithm::TokenBucket { strict } = self.quota.algorithm {
             return self.bucket(strict, cost, t);
         }
