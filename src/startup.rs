@@ -100,7 +100,7 @@ impl Services {
             confirm_repeat: cfg.repeat_auto_confirm,
         };
         let outbox = Outbox::new(
-            pool.clone(),
+            db::connect_for_outbox(&cfg.database.database_url).await?,
             transport,
             metrics.clone(),
             outcomes.clone(),
