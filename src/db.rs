@@ -68,54 +68,46 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
     Ok(pool)
 }
 
-/// Options of a pool named `part` whose statements are each planned once per connection (a
-/// generic plan) instead of on every run: for the invite path's batches and the outbox, whose
-/// statements run many times a second with values that never change the best plan (arrays of
-/// ids; a span of `created_at` that run-time pruning narrows to its weeks, which
-/// tests/it/explain.rs holds them to). Planning the multi-row insert cost about as much as
-/// running it for a small batch, and planning the outbox's statements on every round was 7%
+/// Connections named `part` in `pg_stat_activity`, kept by the tasks that use them between
+/// uses ([`KeptConnections`]), whose statements are each planned once per connection (a
+/// generic plan) instead of on every run: for the invite path's batches and sender reads and
+/// for the outbox, whose statements run many times a second with values that never change the
+/// best plan (arrays of ids; a span of `created_at` that run-time pruning narrows to its weeks,
+/// which tests/it/explain.rs holds them to). Planning the multi-row insert cost about as much
+/// as running it for a small batch, and planning the outbox's statements on every round was 7%
 /// of Postgres' time at saturation.
-fn planned_once(url: &str, part: &str) -> Result<PgConnectOptions, DbError> {
-    Ok(options(url, part)?.options([("plan_cache_mode", "force_generic_plan")]))
-}
-
-/// The outbox's pool: its claims, deliveries and retries ([`planned_once`]).
-pub async fn connect_for_outbox(url: &str) -> Result<PgPool, DbError> {
-    Ok(PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(std::time::Duration::from_secs(3))
-        .connect_with(planned_once(url, "sendguard-outbox")?)
-        .await?)
-}
-
-/// The pool for the batched writes and sender reads of the invite path ([`planned_once`]). A
-/// connection is not pinged before each batch (a round trip, as long as the batch's own
-/// statement): one lost with the server fails the batch it serves, whose requests are answered
-/// 503, and is then replaced.
-pub async fn connect_for_batches(url: &str, size: u32) -> Result<BatchConnections, DbError> {
+pub async fn connect_kept(url: &str, part: &str, size: u32) -> Result<KeptConnections, DbError> {
+    let options = options(url, part)?.options([("plan_cache_mode", "force_generic_plan")]);
     let pool = PgPoolOptions::new()
         .max_connections(size)
         .test_before_acquire(false)
         .acquire_timeout(std::time::Duration::from_secs(3))
-        .connect_with(planned_once(url, "sendguard-batches")?)
+        .connect_with(options)
         .await?;
-    Ok(BatchConnections {
+    Ok(KeptConnections {
         pool,
         kept: Arc::default(),
     })
 }
 
-/// The batch pool's connections, kept between batches: sqlx pings every connection given back
-/// to its pool, a round trip per batch that a connection in steady use does not need. Only a
-/// connection whose batch succeeded is kept; one that failed goes back to the pool, whose ping
-/// closes it if it is broken.
+/// Connections kept by their users between uses: sqlx pings a connection when it is taken from
+/// its pool and again when it is given back, two round trips around a statement that is one,
+/// which a connection in steady use does not need. Only a connection whose last use succeeded
+/// is kept; one that failed goes back to the pool, whose ping closes it if it is broken, and
+/// the batch or round it served fails (an invite's request answered 503, a round of the
+/// outbox tried again).
 #[derive(Clone)]
-pub struct BatchConnections {
+pub struct KeptConnections {
     pool: PgPool,
     kept: Arc<Mutex<Vec<PoolConnection<Postgres>>>>,
 }
 
-impl BatchConnections {
+impl KeptConnections {
+    /// The pool, for a statement that is rare enough to take a connection of its own.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// A kept connection, or one from the pool.
     pub async fn take(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
         let kept = self

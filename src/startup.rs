@@ -81,8 +81,12 @@ impl Services {
             .await
             .map_err(DbError::from)?;
         // The writers, the sender reader and one spare.
-        let batches =
-            db::connect_for_batches(&cfg.database.database_url, cfg.db_writers as u32 + 2).await?;
+        let batches = db::connect_kept(
+            &cfg.database.database_url,
+            "sendguard-batches",
+            cfg.db_writers as u32 + 2,
+        )
+        .await?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
         let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
@@ -100,7 +104,7 @@ impl Services {
             confirm_repeat: cfg.repeat_auto_confirm,
         };
         let outbox = Outbox::new(
-            db::connect_for_outbox(&cfg.database.database_url).await?,
+            db::connect_kept(&cfg.database.database_url, "sendguard-outbox", 4).await?,
             transport,
             metrics.clone(),
             outcomes.clone(),

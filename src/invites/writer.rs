@@ -13,7 +13,7 @@ use super::policy::{Breach, Status};
 use super::store::batch::{Claim, Row, WrittenRow, insert_batch, outcome};
 use super::store::{self, Assumed, NewInvite, Written};
 use crate::batch::{BatchError, Batcher};
-use crate::db::BatchConnections;
+use crate::db::KeptConnections;
 use crate::mail::{Handoff, Outgoing, Slot};
 use crate::moderation::SenderState;
 use crate::sender::SenderKey;
@@ -48,7 +48,7 @@ pub struct Writer(Batcher<Job, Written>);
 impl Writer {
     /// Starts `writers` writing tasks on the batch connections (`SENDGUARD_DB_WRITERS`),
     /// handing queued invites to `outbox`.
-    pub fn start(connections: BatchConnections, writers: usize, outbox: Handoff) -> Writer {
+    pub fn start(connections: KeptConnections, writers: usize, outbox: Handoff) -> Writer {
         Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
             let (connections, outbox) = (connections.clone(), outbox.clone());
             async move {

@@ -8,12 +8,12 @@ mod render;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::db::KeptConnections;
 use chrono::{DateTime, Utc};
 use lettre::message::Mailbox;
 use lettre::transport::smtp::PoolConfig;
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use rand::Rng;
-use sqlx::PgPool;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -189,7 +189,7 @@ const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NUL
 /// to one worker; a worker that dies leaves its lease to expire and another takes the invite
 /// over.
 pub struct Outbox {
-    pool: PgPool,
+    db: KeptConnections,
     transport: Transport,
     metrics: Metrics,
     /// Where a refusal is counted as a bounce.
@@ -207,7 +207,7 @@ pub struct Outbox {
 
 impl Outbox {
     pub fn new(
-        pool: PgPool,
+        db: KeptConnections,
         transport: Transport,
         metrics: Metrics,
         outcomes: Outcomes,
@@ -218,7 +218,7 @@ impl Outbox {
         let worker_id = format!("{}-{}", std::process::id(), Uuid::new_v4().simple());
         let (handoff, handed) = Handoff::new(&worker_id, settings.lease);
         Outbox {
-            pool,
+            db,
             transport,
             metrics,
             outcomes,
@@ -269,7 +269,7 @@ impl Outbox {
         handed.close();
         if let Err(e) = sqlx::query(RELEASE)
             .bind(&self.worker_id)
-            .execute(&self.pool)
+            .execute(self.db.pool())
             .await
         {
             tracing::warn!(error = %e, "the outbox's claims were not released; they expire");
@@ -292,12 +292,14 @@ impl Outbox {
 
     /// Claims one batch and sends it; returns how many were claimed.
     pub async fn round(&self) -> Result<usize, sqlx::Error> {
+        let mut conn = self.db.take().await?;
         let claimed: Vec<Outgoing> = sqlx::query_as(CLAIM)
             .bind(&self.worker_id)
             .bind(self.settings.lease.as_secs_f64())
             .bind(self.settings.batch)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
+        self.db.keep(conn);
         self.deliver(claimed).await
     }
 
@@ -344,13 +346,15 @@ impl Outbox {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             let (first, last) = written_between(&sent);
+            let mut conn = self.db.take().await?;
             sqlx::query(MARK_SENT)
                 .bind(sent.iter().map(|invite| invite.id).collect::<Vec<_>>())
                 .bind(&self.worker_id)
                 .bind(first)
                 .bind(last)
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await?;
+            self.db.keep(conn);
         }
         Ok(n)
     }
@@ -359,7 +363,7 @@ impl Outbox {
     async fn message(&self, invite: &Outgoing) -> Result<lettre::Message, MailError> {
         let app = self
             .apps
-            .fetch(&self.pool, invite.app_id)
+            .fetch(self.db.pool(), invite.app_id)
             .await
             .map_err(|e| MailError::App(e.to_string()))?
             .ok_or_else(|| MailError::App(format!("no app of id {}", invite.app_id)))?;
@@ -393,13 +397,15 @@ impl Outbox {
     async fn suppress(&self, invites: &[Outgoing]) -> Result<(), sqlx::Error> {
         let ids: Vec<Uuid> = invites.iter().map(|i| i.id).collect();
         let (first, last) = written_between(invites);
+        let mut conn = self.db.take().await?;
         sqlx::query(SUPPRESS)
             .bind(&ids)
             .bind(&self.worker_id)
             .bind(first)
             .bind(last)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
+        self.db.keep(conn);
         self.metrics.invites("suppressed", ids.len() as u64);
         Ok(())
     }
@@ -430,7 +436,7 @@ impl Outbox {
             .bind(give_up)
             .bind(delay.as_secs_f64())
             .bind(invite.created_at)
-            .execute(&self.pool)
+            .execute(self.db.pool())
             .await?;
         if e.is_refusal()
             && let Err(e) = self

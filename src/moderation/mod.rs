@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::audit::{self, Entry};
 use crate::batch::{BatchError, Batcher};
 use crate::cache::TtlCache;
-use crate::db::BatchConnections;
+use crate::db::KeptConnections;
 use crate::sender::SenderKey;
 use crate::webhooks::{self, EventType};
 
@@ -103,7 +103,7 @@ pub struct SenderStates {
 }
 
 impl SenderStates {
-    pub fn new(connections: BatchConnections) -> Self {
+    pub fn new(connections: KeptConnections) -> Self {
         SenderStates {
             cache: TtlCache::new(Duration::from_secs(60), 200_000),
             reads: Batcher::start(MAX_READ, READERS, move |senders| {

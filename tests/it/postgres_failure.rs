@@ -68,4 +68,17 @@ async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
             .await
             .expect("recipients");
     assert_eq!(recipients, ["p0@example.com", "p9@example.com"]);
+    // The connections the outbox keeps between rounds died with the cut: they are replaced, and
+    // the invite accepted after the outage is delivered. (The first one may have been sent and
+    // not marked before the cut: it is sent again once its lease expires.)
+    let delivered = wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE recipient = $1")
+            .bind("p9@example.com")
+            .fetch_one(&pool)
+            .await
+            .expect("status")
+            == "sent"
+    })
+    .await;
+    assert!(delivered, "the outbox recovers by itself");
 }
