@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool, Postgres};
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Postgres};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -108,24 +108,27 @@ impl KeptConnections {
         &self.pool
     }
 
-    /// A kept connection, or one from the pool.
-    pub async fn take(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    /// Runs `work` on a kept connection (or one from the pool when none is kept), and keeps
+    /// the connection again only when `work` succeeds: one that failed may be broken, and goes
+    /// back to the pool, whose ping closes it if it is.
+    pub async fn run<T>(
+        &self,
+        work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
         let kept = self
             .kept
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        match kept {
-            Some(conn) => Ok(conn),
-            None => self.pool.acquire().await,
-        }
-    }
-
-    /// Keeps a connection whose last use succeeded for the next batch.
-    pub fn keep(&self, conn: PoolConnection<Postgres>) {
+        let mut conn = match kept {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
+        let done = work(&mut conn).await?;
         self.kept
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(conn);
+        Ok(done)
     }
 }

@@ -52,10 +52,9 @@ impl Writer {
         Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
             let (connections, outbox) = (connections.clone(), outbox.clone());
             async move {
-                let mut conn = connections.take().await?;
-                let written = commit(&mut conn, &outbox, &batch).await?;
-                connections.keep(conn);
-                Ok(written)
+                connections
+                    .run(async |conn| commit(conn, &outbox, &batch).await)
+                    .await
             }
         }))
     }

@@ -8,7 +8,6 @@ mod render;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::db::KeptConnections;
 use chrono::{DateTime, Utc};
 use lettre::message::Mailbox;
 use lettre::transport::smtp::PoolConfig;
@@ -20,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::apps::AppCache;
+use crate::db::KeptConnections;
 use crate::incident::Incident;
 use crate::metrics::{DependencyError, Metrics};
 use crate::outcomes::{OutcomeType, Outcomes};
@@ -292,14 +292,17 @@ impl Outbox {
 
     /// Claims one batch and sends it; returns how many were claimed.
     pub async fn round(&self) -> Result<usize, sqlx::Error> {
-        let mut conn = self.db.take().await?;
-        let claimed: Vec<Outgoing> = sqlx::query_as(CLAIM)
-            .bind(&self.worker_id)
-            .bind(self.settings.lease.as_secs_f64())
-            .bind(self.settings.batch)
-            .fetch_all(&mut *conn)
+        let claimed: Vec<Outgoing> = self
+            .db
+            .run(async |conn| {
+                sqlx::query_as(CLAIM)
+                    .bind(&self.worker_id)
+                    .bind(self.settings.lease.as_secs_f64())
+                    .bind(self.settings.batch)
+                    .fetch_all(conn)
+                    .await
+            })
             .await?;
-        self.db.keep(conn);
         self.deliver(claimed).await
     }
 
@@ -346,15 +349,18 @@ impl Outbox {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             let (first, last) = written_between(&sent);
-            let mut conn = self.db.take().await?;
-            sqlx::query(MARK_SENT)
-                .bind(sent.iter().map(|invite| invite.id).collect::<Vec<_>>())
-                .bind(&self.worker_id)
-                .bind(first)
-                .bind(last)
-                .execute(&mut *conn)
+            let ids: Vec<Uuid> = sent.iter().map(|invite| invite.id).collect();
+            self.db
+                .run(async |conn| {
+                    sqlx::query(MARK_SENT)
+                        .bind(&ids)
+                        .bind(&self.worker_id)
+                        .bind(first)
+                        .bind(last)
+                        .execute(conn)
+                        .await
+                })
                 .await?;
-            self.db.keep(conn);
         }
         Ok(n)
     }
@@ -397,15 +403,17 @@ impl Outbox {
     async fn suppress(&self, invites: &[Outgoing]) -> Result<(), sqlx::Error> {
         let ids: Vec<Uuid> = invites.iter().map(|i| i.id).collect();
         let (first, last) = written_between(invites);
-        let mut conn = self.db.take().await?;
-        sqlx::query(SUPPRESS)
-            .bind(&ids)
-            .bind(&self.worker_id)
-            .bind(first)
-            .bind(last)
-            .execute(&mut *conn)
+        self.db
+            .run(async |conn| {
+                sqlx::query(SUPPRESS)
+                    .bind(&ids)
+                    .bind(&self.worker_id)
+                    .bind(first)
+                    .bind(last)
+                    .execute(conn)
+                    .await
+            })
             .await?;
-        self.db.keep(conn);
         self.metrics.invites("suppressed", ids.len() as u64);
         Ok(())
     }

@@ -109,10 +109,9 @@ impl SenderStates {
             reads: Batcher::start(MAX_READ, READERS, move |senders| {
                 let connections = connections.clone();
                 async move {
-                    let mut conn = connections.take().await?;
-                    let standings = stored_standings(&mut conn, &senders).await?;
-                    connections.keep(conn);
-                    Ok(standings)
+                    connections
+                        .run(async |conn| stored_standings(conn, &senders).await)
+                        .await
                 }
             }),
         }
