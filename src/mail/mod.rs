@@ -348,19 +348,7 @@ impl Outbox {
         if !sent.is_empty() {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
-            let (first, last) = written_between(&sent);
-            let ids: Vec<Uuid> = sent.iter().map(|invite| invite.id).collect();
-            self.db
-                .run(async |conn| {
-                    sqlx::query(MARK_SENT)
-                        .bind(&ids)
-                        .bind(&self.worker_id)
-                        .bind(first)
-                        .bind(last)
-                        .execute(conn)
-                        .await
-                })
-                .await?;
+            self.settle(MARK_SENT, &sent).await?;
         }
         Ok(n)
     }
@@ -401,11 +389,23 @@ impl Outbox {
     /// Invites to recipients who unsubscribed from their app since the invite was queued (or
     /// before it was released): suppressed, with the reason in the decision record.
     async fn suppress(&self, invites: &[Outgoing]) -> Result<(), sqlx::Error> {
-        let ids: Vec<Uuid> = invites.iter().map(|i| i.id).collect();
+        self.settle(SUPPRESS, invites).await?;
+        self.metrics.invites("suppressed", invites.len() as u64);
+        Ok(())
+    }
+
+    /// Runs `statement` (`MARK_SENT` or `SUPPRESS`) on a round's invites claimed by this worker:
+    /// their ids, and the span of their `created_at`, which keeps it to their weeks.
+    async fn settle(
+        &self,
+        statement: &'static str,
+        invites: &[Outgoing],
+    ) -> Result<(), sqlx::Error> {
+        let ids: Vec<Uuid> = invites.iter().map(|invite| invite.id).collect();
         let (first, last) = written_between(invites);
         self.db
             .run(async |conn| {
-                sqlx::query(SUPPRESS)
+                sqlx::query(statement)
                     .bind(&ids)
                     .bind(&self.worker_id)
                     .bind(first)
@@ -413,9 +413,8 @@ impl Outbox {
                     .execute(conn)
                     .await
             })
-            .await?;
-        self.metrics.invites("suppressed", ids.len() as u64);
-        Ok(())
+            .await
+            .map(drop)
     }
 
     /// Schedules a failed delivery again with backoff, or gives up on it.
