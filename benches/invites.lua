@@ -3,9 +3,13 @@
 -- Many senders (SENDERS, default 20,000, named SENDER_PREFIX followed by a number, default "u")
 -- invite recipients drawn from a smaller pool (RECIPIENTS, default 5,000) so some addresses
 -- repeat; SPAM_SHARE of requests (default 0.02) come from five spammers far over their hourly
--- limit. RATE > 0 paces the whole run at that many requests per second: each thread hands
--- out send times on a fixed schedule (RATE / WRK_THREADS per second), and a request whose time
--- has passed goes at once, so slow answers do not lower the rate.
+-- limit. Each ordinary sender invites from one address of its own, as a user of an app does
+-- from their browser, and the spammers from a new address each time, as through rotating
+-- proxies (SENDER_IPS=random gives every invite a random address, the traffic of the runs before
+-- 2026-11-26, in which every invite made new IP keys in Redis). RATE > 0 paces the whole run at
+-- that many requests per second: each thread hands out send times on a fixed schedule
+-- (RATE / WRK_THREADS per second), and a request whose time has passed goes at once, so slow
+-- answers do not lower the rate.
 
 local key = os.getenv("SENDGUARD_API_KEY") or error("SENDGUARD_API_KEY is not set")
 local senders = tonumber(os.getenv("SENDERS") or "20000")
@@ -13,6 +17,7 @@ local recipients = tonumber(os.getenv("RECIPIENTS") or "5000")
 local rate = tonumber(os.getenv("RATE") or "0")
 local sender_prefix = os.getenv("SENDER_PREFIX") or "u"
 local spam_share = tonumber(os.getenv("SPAM_SHARE") or "0.02")
+local random_ips = os.getenv("SENDER_IPS") == "random"
 
 wrk.method = "POST"
 wrk.path = "/api/v1/invites"
@@ -58,17 +63,24 @@ function delay()
   return wait > 0 and wait or 0
 end
 
+local function random_ip()
+  return string.format("10.%d.%d.%d", math.random(0, 255), math.random(0, 255), math.random(1, 254))
+end
+
 function request()
-  local sender
+  local sender, ip
   if math.random() < spam_share then
-    sender = "spammer" .. math.random(1, 5)
+    sender, ip = "spammer" .. math.random(1, 5), random_ip()
   else
-    sender = sender_prefix .. math.random(1, senders)
+    local n = math.random(1, senders)
+    sender = sender_prefix .. n
+    -- 172.16.0.0/12 holds a million senders' own addresses, apart from the spammers' 10/8.
+    ip = random_ips and random_ip() or
+      string.format("172.%d.%d.%d", 16 + math.floor(n / 65536) % 16, math.floor(n / 256) % 256, n % 256)
   end
   local body = string.format(
-    '{"sender_id":"%s","recipient":"r%d@example.com","sender_ip":"10.%d.%d.%d","resource":"doc-%d"}',
-    sender, math.random(1, recipients), math.random(0, 255), math.random(0, 255),
-    math.random(1, 254), math.random(1, 100000))
+    '{"sender_id":"%s","recipient":"r%d@example.com","sender_ip":"%s","resource":"doc-%d"}',
+    sender, math.random(1, recipients), ip, math.random(1, 100000))
   return wrk.format(nil, nil, nil, body)
 end
 

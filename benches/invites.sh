@@ -4,8 +4,9 @@
 #   benches/invites.sh [SECONDS] [CONNECTIONS]      (defaults: 15 s per phase, 32 connections)
 #
 # Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
-# of `invites` that 90 days' retention keeps, and the Redis at REDIS_URL (keys under a private
-# prefix, removed afterwards), mail to the file transport, then:
+# of `invites` that 90 days' retention keeps, and a Redis server of its own (keys under the
+# default prefix `sg`, so that their bytes are those of a deployment's keys), mail to the file
+# transport, then:
 #   1. ceiling    pgbench inserting one invite-shaped row per transaction (same table, indexes
 #                 and JSON decision as `invites`), CONNECTIONS clients;
 #   2. saturation wrk, CONNECTIONS connections, realistic traffic (benches/invites.lua);
@@ -22,15 +23,16 @@ conns=${2:-32}
 threads=2
 port=${BENCH_PORT:-18080}
 metrics_port=$((port + 1))
-redis_url=${REDIS_URL:-redis://127.0.0.1:6379}
+redis_port=$((port + 2))
+redis_url=redis://127.0.0.1:$redis_port
 db=sendguard_bench
 db_url=postgres://postgres@127.0.0.1:5432/$db
-prefix=sgbench$$
+prefix=sg
 hz=$(getconf CLK_TCK)
 cores=$(nproc)
 
-for cmd in wrk pgbench psql redis-cli; do
-  command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools)" >&2; exit 1; }
+for cmd in wrk pgbench psql redis-cli redis-server; do
+  command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server)" >&2; exit 1; }
 done
 
 cargo build --release -q
@@ -65,17 +67,25 @@ stop_serve() {
 }
 cleanup() {
   stop_serve
-  redis-cli -u "$redis_url" --scan --pattern "$prefix:*" | xargs -r -n 500 redis-cli -u "$redis_url" unlink >/dev/null
+  kill "$redis_pid" 2>/dev/null || true
   rm -rf "$mail" "$mail.log"
 }
+redis_pid=
 trap cleanup EXIT
+# Without persistence, as the shared server runs.
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
+redis_pid=$!
+for _ in $(seq 1 50); do
+  redis-cli -u "$redis_url" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+redis-cli -u "$redis_url" ping >/dev/null || { echo "benches/invites.sh: redis-server did not start" >&2; exit 1; }
 start_serve 200
 
 # CPU ticks (user + system) of a process; of PostgreSQL, every backend plus what the postmaster
 # reaped from backends that exited during the phase.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 postmaster=$(pgrep -o -x postgres)
-redis_pid=$(redis-cli -u "$redis_url" info server | awk -F: '/^process_id/ {print $2}' | tr -d '\r')
 pg_ticks() {
   local total=0 pid
   for pid in $(pgrep -x postgres); do total=$((total + $(ticks "$pid"))); done

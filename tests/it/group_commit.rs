@@ -11,7 +11,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, admin, api_key, connections_down_to, orphan_invites, wait_for};
+use crate::support::app::{Stage, admin, api_key, connections_down_to, orphans, wait_for};
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
@@ -62,9 +62,9 @@ async fn concurrent_invites_share_commits_and_each_answer_follows_its_commit() {
         send.await.expect("send");
     }
     assert_eq!(
-        orphan_invites(&mut *check.lock().await).await,
+        orphans(&mut *check.lock().await).await,
         0,
-        "every invite has its sender and its key"
+        "every invite has its sender and its key, every sender its app"
     );
     // The instance's connections report their counts as they close.
     let Stage {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{self as app, api_key, orphan_invites, queued, wait_for};
+use crate::support::app::{self as app, api_key, orphans, queued, wait_for};
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
@@ -179,9 +179,9 @@ async fn a_confirmed_ban_discards_held_invites_and_holds_later_ones() {
         counts(&[("discarded", 2), ("held", 3), ("sent", 3)])
     );
     assert_eq!(
-        orphan_invites(&stage.pool).await,
+        orphans(&stage.pool).await,
         0,
-        "the flagging, held and discarded invites have their sender and key"
+        "the flagging, held and discarded invites have their sender and key, their senders their app"
     );
 }
 

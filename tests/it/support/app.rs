@@ -183,20 +183,23 @@ pub async fn api_key(pool: &PgPool) -> String {
     app_key(pool, sendguard::apps::DEFAULT_APP).await
 }
 
-/// Invites whose sender or API key does not exist. There must be none: every invite is written
-/// in the transaction that upserts its sender's row, with the key its request was authenticated
-/// with, and neither senders nor keys are ever deleted. `invites` has no foreign keys to check
-/// it (migration 0010), so the tests that write through every path do.
-pub async fn orphan_invites(conn: impl sqlx::PgExecutor<'_>) -> i64 {
+/// Invites whose sender or API key does not exist, and senders whose app does not. There must
+/// be none: every invite is written in the transaction that upserts its sender's row, with the
+/// key its request was authenticated with, a sender's row carries the app of that key, and
+/// neither apps, senders nor keys are ever deleted. `invites` and `senders` have no foreign keys
+/// to check it (migrations 0010 and 0011), so the tests that write through every path do.
+pub async fn orphans(conn: impl sqlx::PgExecutor<'_>) -> i64 {
     sqlx::query_scalar(
-        "SELECT count(*) FROM invites i
-         WHERE NOT EXISTS (SELECT 1 FROM senders s
-                 WHERE s.app_id = i.app_id AND s.id = i.sender_id)
-             OR NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.id = i.api_key_id)",
+        "SELECT (SELECT count(*) FROM invites i
+                 WHERE NOT EXISTS (SELECT 1 FROM senders s
+                         WHERE s.app_id = i.app_id AND s.id = i.sender_id)
+                     OR NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.id = i.api_key_id))
+             + (SELECT count(*) FROM senders s
+                 WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = s.app_id))",
     )
     .fetch_one(conn)
     .await
-    .expect("invites without their sender or key")
+    .expect("invites without their sender or key, senders without their app")
 }
 
 /// Creates an API key of app `app` in the test database.
