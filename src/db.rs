@@ -80,7 +80,6 @@ pub async fn connect_kept(url: &str, part: &str, size: u32) -> Result<KeptConnec
     let options = options(url, part)?.options([("plan_cache_mode", "force_generic_plan")]);
     let pool = PgPoolOptions::new()
         .max_connections(size)
-        .test_before_acquire(false)
         .acquire_timeout(std::time::Duration::from_secs(3))
         .connect_with(options)
         .await?;
@@ -95,7 +94,8 @@ pub async fn connect_kept(url: &str, part: &str, size: u32) -> Result<KeptConnec
 /// which a connection in steady use does not need. Only a connection whose last use succeeded
 /// is kept; one that failed goes back to the pool, whose ping closes it if it is broken, and
 /// the batch or round it served fails (an invite's request answered 503, a round of the
-/// outbox tried again).
+/// outbox tried again). A connection taken from the pool is pinged, so the use after a
+/// failure does not get one that died idle there (Postgres restarted).
 #[derive(Clone)]
 pub struct KeptConnections {
     pool: PgPool,

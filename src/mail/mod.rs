@@ -333,22 +333,28 @@ impl Outbox {
             });
         }
         let mut sent = Vec::with_capacity(n);
+        let mut failures = Vec::new();
         while let Some(joined) = sends.join_next().await {
             let Ok((invite, result)) = joined else {
                 continue; // a panicked send leaves its lease to expire: the invite is retried
             };
             match result {
                 Ok(()) => sent.push(invite),
-                Err(e) => self.failed(&invite, e).await?,
+                Err(e) => failures.push((invite, e)),
             }
         }
         // The round's deliveries are marked in one statement: one commit per round instead of
-        // one per invite. An instance dying before it leaves them to be sent again after the
-        // lease (at-least-once; the Message-ID stays the same).
+        // one per invite. They are marked before the failures are recorded, so that an error
+        // there cannot leave a sent invite to be sent again when its lease runs out. An
+        // instance dying before it marks them leaves the same (at-least-once; the Message-ID
+        // stays the same).
         if !sent.is_empty() {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             self.settle(MARK_SENT, &sent).await?;
+        }
+        for (invite, e) in failures {
+            self.failed(&invite, e).await?;
         }
         Ok(n)
     }
@@ -403,18 +409,30 @@ impl Outbox {
     ) -> Result<(), sqlx::Error> {
         let ids: Vec<Uuid> = invites.iter().map(|invite| invite.id).collect();
         let (first, last) = written_between(invites);
-        self.db
-            .run(async |conn| {
-                sqlx::query(statement)
-                    .bind(&ids)
-                    .bind(&self.worker_id)
-                    .bind(first)
-                    .bind(last)
-                    .execute(conn)
-                    .await
-            })
-            .await
-            .map(drop)
+        let once = async || {
+            self.db
+                .run(async |conn| {
+                    sqlx::query(statement)
+                        .bind(&ids)
+                        .bind(&self.worker_id)
+                        .bind(first)
+                        .bind(last)
+                        .execute(conn)
+                        .await
+                })
+                .await
+                .map(drop)
+        };
+        // Tried once more, on a connection the pool has checked, so that losing the kept one
+        // (Postgres restarted) does not leave the round's invites to be sent again after
+        // their lease. Both statements can run twice: they touch only this worker's claims.
+        match once().await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "marking a round failed; trying again");
+                once().await
+            }
+        }
     }
 
     /// Schedules a failed delivery again with backoff, or gives up on it.

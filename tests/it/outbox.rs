@@ -1,6 +1,7 @@
 //! The outbox: giving up after the configured attempts, taking over a dead instance's claim, and
 //! the file transport of a machine without a mail server.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::api::Api;
@@ -8,6 +9,7 @@ use crate::support::app::{Stage, api_key, config, connections_down_to, migrated,
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 async fn send_invite(addr: std::net::SocketAddr, key: &str, sender: &str, recipient: &str) {
     let resp = Api::new(format!("http://{addr}"), key)
@@ -174,4 +176,145 @@ async fn without_smtp_messages_are_written_as_eml_files() {
     assert!(raw.contains("They shared: \"doc_42\""), "{raw}");
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_marks_what_it_sent_even_when_recording_a_failure_fails() {
+    let (db, pool) = migrated("marksent", &[]).await;
+    let key = api_key(&pool).await;
+    let key_id = key_id(&pool).await;
+    // Two invites due at once, so that one claim round takes both.
+    queue(
+        &pool,
+        key_id,
+        &["accepted@example.com", "refused@example.com"],
+    )
+    .await;
+    // Recording the refusal fails, as it would on a connection lost mid-round.
+    for statement in [
+        "CREATE FUNCTION refuse_retry() RETURNS trigger LANGUAGE plpgsql
+             AS $$ BEGIN RAISE EXCEPTION 'the retry is not recorded'; END $$",
+        "CREATE TRIGGER refuse_retry BEFORE UPDATE ON invites FOR EACH ROW
+             WHEN (NEW.last_error IS NOT NULL) EXECUTE FUNCTION refuse_retry()",
+    ] {
+        sqlx::query(statement)
+            .execute(&pool)
+            .await
+            .expect("trigger");
+    }
+    let sink = SmtpSink::start_refusing(0, &["refused@example.com"]).await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.mail_lease_secs = 1;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let marked = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT status FROM invites WHERE recipient = 'accepted@example.com'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("status")
+            == "sent"
+    })
+    .await;
+    // Past the lease, an invite sent and left unmarked would be claimed and sent again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let to_accepted = sink
+        .messages()
+        .iter()
+        .filter(|m| m.to.iter().any(|to| to.contains("accepted@example.com")))
+        .count();
+    assert_eq!(to_accepted, 1, "the sent invite went out again");
+    assert!(marked, "the sent invite was not marked sent");
+    app.shutdown().await;
+    drop(key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
+    let (db, pool) = migrated("lostconn", &[]).await;
+    let key = api_key(&pool).await;
+    let key_id = key_id(&pool).await;
+    // A refusal is recorded on a connection of the outbox's pool, which then waits there idle.
+    queue(&pool, key_id, &["refused@example.com"]).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = SmtpSink::start_holding(&["refused@example.com"], gate.clone()).await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.mail_lease_secs = 1;
+    cfg.mail_max_attempts = 1;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let failed = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM invites")
+            .fetch_one(&pool)
+            .await
+            .expect("status")
+            == "failed"
+    })
+    .await;
+    assert!(failed, "the refusal was not recorded");
+    queue(&pool, key_id, &["lost@example.com"]).await;
+    let received = wait_for(Duration::from_secs(10), || async {
+        sink.messages().len() == 1
+    })
+    .await;
+    assert!(received, "the invite was not sent");
+    // While the mail server holds its answer, the outbox's connections are lost, as in a
+    // restart of Postgres.
+    let ended = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = $1 AND application_name = 'sendguard-outbox'",
+        )
+        .bind(&db.name)
+        .fetch_one(&pool)
+        .await
+        .expect("terminate")
+            == 0
+    })
+    .await;
+    assert!(ended, "the outbox's connections did not end");
+    gate.add_permits(10);
+    let marked = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT status FROM invites WHERE recipient = 'lost@example.com'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("status")
+            == "sent"
+    })
+    .await;
+    // Past the lease, an invite sent and left unmarked would be claimed and sent again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(sink.messages().len(), 1, "the sent invite went out again");
+    assert!(marked, "the sent invite was not marked sent");
+    app.shutdown().await;
+    drop(key);
+}
+
+async fn key_id(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT id FROM api_keys")
+        .fetch_one(pool)
+        .await
+        .expect("key id")
+}
+
+/// Invites to `recipients`, queued and due, as a writer would have left them.
+async fn queue(pool: &sqlx::PgPool, key_id: i64, recipients: &[&str]) {
+    sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'queued') ON CONFLICT DO NOTHING")
+        .execute(pool)
+        .await
+        .expect("sender");
+    for recipient in recipients {
+        sqlx::query(
+            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+                 status, decision, next_attempt_at)
+             VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}', now())",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(key_id)
+        .bind(recipient)
+        .execute(pool)
+        .await
+        .expect("queued invite");
+    }
 }

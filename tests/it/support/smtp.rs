@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 #[derive(Debug, Clone)]
@@ -80,6 +81,17 @@ impl SmtpSink {
     /// A sink that refuses these recipients for good (550), as a mail server refuses an
     /// unknown mailbox.
     pub async fn start_refusing(port: u16, refused: &[&str]) -> SmtpSink {
+        Self::serve(port, refused, None).await
+    }
+
+    /// A sink that refuses these recipients, and keeps each message it receives, then waits
+    /// for a permit from `gate` before it answers that the message was taken: the sender is
+    /// left waiting, as on a slow server.
+    pub async fn start_holding(refused: &[&str], gate: Arc<Semaphore>) -> SmtpSink {
+        Self::serve(0, refused, Some(gate)).await
+    }
+
+    async fn serve(port: u16, refused: &[&str], gate: Option<Arc<Semaphore>>) -> SmtpSink {
         let refused: Arc<Vec<String>> = Arc::new(refused.iter().map(|r| r.to_string()).collect());
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
@@ -89,9 +101,9 @@ impl SmtpSink {
         let store = messages.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (store, refused) = (store.clone(), refused.clone());
+                let (store, refused, gate) = (store.clone(), refused.clone(), gate.clone());
                 tokio::spawn(async move {
-                    let _ = session(stream, store, &refused).await;
+                    let _ = session(stream, store, &refused, gate.as_deref()).await;
                 });
             }
         });
@@ -122,6 +134,7 @@ async fn session(
     stream: TcpStream,
     store: Arc<Mutex<Vec<Received>>>,
     refused: &[String],
+    gate: Option<&Semaphore>,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
@@ -167,6 +180,9 @@ async fn session(
                 to: std::mem::take(&mut to),
                 data,
             });
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("open gate").forget();
+            }
             write.write_all(b"250 queued\r\n").await?;
         } else if upper.starts_with("QUIT") {
             write.write_all(b"221 bye\r\n").await?;
