@@ -154,7 +154,7 @@ impl InviteService {
                 };
                 let decided = match &checked {
                     Ok(c) => policy::verdict(c, state, linked_to.as_deref()),
-                    Err(e) => self.without_redis(e)?,
+                    Err(e) => self.without_redis(e, state, linked_to.as_deref())?,
                 };
                 answers = Some(checked);
                 decided
@@ -303,10 +303,16 @@ impl InviteService {
         }
     }
 
-    /// What an invite becomes while Redis cannot be asked, by the configured policy.
-    fn without_redis(&self, error: &LimiterError) -> Result<Decided, InviteError> {
+    /// What an invite from a sender in `state` becomes while Redis cannot be asked, by the
+    /// configured policy.
+    fn without_redis(
+        &self,
+        error: &LimiterError,
+        state: SenderState,
+        linked_to: Option<&str>,
+    ) -> Result<Decided, InviteError> {
         self.redis.failed(error);
-        policy::without_redis(self.on_redis_error)
+        policy::without_redis(self.on_redis_error, state, linked_to)
             .ok_or_else(|| InviteError::Unavailable("the rate limiter is unavailable".into()))
     }
 

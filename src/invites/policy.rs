@@ -251,19 +251,31 @@ pub fn rejection(checked: &[Checked]) -> Option<Rejection> {
         })
 }
 
-/// What an invite becomes while Redis cannot be asked; `None` when the policy refuses it.
-pub fn without_redis(policy: RedisPolicy) -> Option<Decided> {
-    let (status, reason) = match policy {
-        RedisPolicy::Closed => return None,
-        RedisPolicy::Defer => (Status::Deferred, "redis_unavailable_deferred"),
-        RedisPolicy::Open => (Status::Queued, "redis_unavailable_sent_unchecked"),
-    };
-    Some(Decided {
-        status,
-        decision: DecisionRecord::reason(reason),
-        breach: None,
-        rejection: None,
-    })
+/// What an invite from a sender in `state` becomes while Redis cannot be asked; `None` when
+/// the policy refuses it. Sent unchecked skips the rules, not what needs no counting: a banned
+/// sender's invites, and those linked to a banned sender, are held as with Redis (a deferred
+/// invite meets the same verdict when it is checked).
+pub fn without_redis(
+    policy: RedisPolicy,
+    state: SenderState,
+    linked_to: Option<&str>,
+) -> Option<Decided> {
+    match policy {
+        RedisPolicy::Closed => None,
+        RedisPolicy::Defer => Some(Decided {
+            status: Status::Deferred,
+            decision: DecisionRecord::reason("redis_unavailable_deferred"),
+            breach: None,
+            rejection: None,
+        }),
+        RedisPolicy::Open => {
+            let mut decided = verdict(&[], state, linked_to);
+            if decided.status == Status::Queued {
+                decided.decision = DecisionRecord::reason("redis_unavailable_sent_unchecked");
+            }
+            Some(decided)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -480,14 +492,30 @@ mod tests {
             (t.status, json_of(&t.decision)["reason"].as_str()),
             (Status::Queued, Some("trusted"))
         );
-        let d = without_redis(RedisPolicy::Defer).expect("defer");
+        let active = SenderState::Active;
+        let d = without_redis(RedisPolicy::Defer, active, None).expect("defer");
         assert_eq!(d.status, Status::Deferred);
-        let o = without_redis(RedisPolicy::Open).expect("open");
+        let o = without_redis(RedisPolicy::Open, active, None).expect("open");
         assert_eq!(o.status, Status::Queued);
         assert_eq!(
             json_of(&o.decision)["reason"],
             "redis_unavailable_sent_unchecked"
         );
-        assert!(without_redis(RedisPolicy::Closed).is_none());
+        assert!(without_redis(RedisPolicy::Closed, active, None).is_none());
+    }
+
+    #[test]
+    fn sent_unchecked_still_holds_what_needs_no_counting() {
+        let banned =
+            without_redis(RedisPolicy::Open, SenderState::ShadowBanned, None).expect("open");
+        assert_eq!(banned.status, Status::Held);
+        assert_eq!(json_of(&banned.decision)["reason"], "sender_shadow_banned");
+        let linked =
+            without_redis(RedisPolicy::Open, SenderState::Active, Some("ghost")).expect("open");
+        assert_eq!(linked.status, Status::Held);
+        assert!(
+            linked.breach.is_some(),
+            "a link flags the sender as with Redis"
+        );
     }
 }

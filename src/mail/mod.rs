@@ -47,19 +47,44 @@ pub enum MailError {
 }
 
 impl MailError {
-    /// The mail server refused the recipient for good (a 5xx): a bounce of the invite.
+    /// The mail server refused the recipient for good: a bounce of the invite, counted against
+    /// its sender. Only a refusal of the address or mailbox is one: an enhanced status (RFC
+    /// 3463) of `5.1.x` or `5.2.1`, or without one a `550`, `551` or `553`. Every other 5xx is
+    /// about the relay's set-up (`535` for its credentials, `550 5.7.1` for a sending address it
+    /// does not accept) and says nothing about the recipient.
     fn is_refusal(&self) -> bool {
-        matches!(self, MailError::Smtp(e) if e.is_permanent())
+        let MailError::Smtp(e) = self else {
+            return false;
+        };
+        let Some(code) = e.status().filter(|_| e.is_permanent()) else {
+            return false;
+        };
+        let text = std::error::Error::source(e).map(ToString::to_string);
+        match text.as_deref().and_then(enhanced_status) {
+            Some((subject, detail)) => subject == 1 || (subject, detail) == (2, 1),
+            None => matches!(code.to_string().as_str(), "550" | "551" | "553"),
+        }
     }
 
-    /// An answer that no retry will change (an unknown mailbox, a message that cannot be built).
+    /// An answer that no retry will change: a refused recipient, a message that cannot be
+    /// built. The relay's other refusals are retried, and raise the SMTP incident, as an outage
+    /// does: giving up on them would lose invites over a setting an operator can fix.
     fn is_permanent(&self) -> bool {
         match self {
-            MailError::Smtp(e) => e.is_permanent(),
+            MailError::Smtp(_) => self.is_refusal(),
             MailError::Build(_) | MailError::From(_) => true,
             _ => false,
         }
     }
+}
+
+/// The subject and detail of the enhanced status code (`5.1.1`) a reply's text starts with.
+fn enhanced_status(text: &str) -> Option<(u16, u16)> {
+    let mut parts = text.split_whitespace().next()?.split('.');
+    let class = parts.next()?;
+    let subject = parts.next()?.parse().ok()?;
+    let detail = parts.next()?.parse().ok()?;
+    (matches!(class, "2" | "4" | "5") && parts.next().is_none()).then_some((subject, detail))
 }
 
 /// Where messages go, chosen once at startup.
@@ -493,6 +518,17 @@ fn backoff(base: Duration, attempts: i32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enhanced_status_codes_are_read_from_the_start_of_a_reply() {
+        assert_eq!(enhanced_status("5.1.1 no such user"), Some((1, 1)));
+        assert_eq!(enhanced_status("5.7.1 sender not authorized"), Some((7, 1)));
+        assert_eq!(enhanced_status("4.2.2 mailbox full"), Some((2, 2)));
+        assert_eq!(enhanced_status("no such user"), None);
+        assert_eq!(enhanced_status("5.1 short"), None);
+        assert_eq!(enhanced_status("1.2.3.4 looks like an address"), None);
+        assert_eq!(enhanced_status(""), None);
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

@@ -151,3 +151,39 @@ async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down()
             .expect("recipients");
     assert_eq!(recorded, ["c0@example.com", "c9@example.com"]);
 }
+
+/// Sending unchecked while Redis is down skips the rules, not the sender's standing, which
+/// Postgres keeps: a shadow-banned sender's invite is still held, with the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_open_policy_still_holds_a_banned_senders_invites() {
+    let mut redis = RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_with(
+        "openheld",
+        &["INSERT INTO senders (app_id, id, state) VALUES (1, 'banned', 'shadow_banned')"],
+        |cfg| {
+            cfg.redis_url = url;
+            cfg.redis_timeout_ms = 300;
+            cfg.on_redis_error = RedisPolicy::Open;
+        },
+    )
+    .await;
+    let (pool, sink) = (&stage.pool, &stage.sink);
+    let api = Api::new(stage.base(), api_key(pool).await);
+    redis.kill();
+    for (n, sender) in ["banned", "good"].into_iter().enumerate() {
+        let resp = api
+            .invite(json!({"sender_id": sender, "recipient": format!("o{n}@example.com")}))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let sent = wait_for(Duration::from_secs(10), || async {
+        !sink.messages().is_empty()
+    })
+    .await;
+    assert!(sent, "the good sender's invite went out unchecked");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let to: Vec<String> = sink.messages().into_iter().flat_map(|m| m.to).collect();
+    assert_eq!(to, ["o1@example.com"], "a banned sender's invite was sent");
+    assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 1)]));
+}

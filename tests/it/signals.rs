@@ -497,3 +497,64 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// A relay that refuses the sending address (its credentials or the sender's domain not set up)
+/// says nothing about the recipient: no bounce is counted against the sender, and the invite
+/// waits for the relay instead of failing, then goes out once it is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_refusing_the_sender_counts_no_bounce_and_loses_nothing() {
+    let port = crate::support::free_port();
+    let sink = SmtpSink::start_refusing_the_sender(port).await;
+    let stage = Stage::start_sending_to("relayrefusal", &[], sink, |cfg| {
+        cfg.mail_retry_base_ms = 200;
+    })
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let (_, id) = api
+        .send(json!({"sender_id": "innocent", "recipient": "friend@example.com"}))
+        .await;
+    let id: uuid::Uuid = id.expect("id").parse().expect("uuid");
+    let tried = wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, i32>("SELECT attempts FROM invites WHERE id = $1")
+            .bind(id)
+            .fetch_one(&stage.pool)
+            .await
+            .expect("invite")
+            >= 1
+    })
+    .await;
+    assert!(tried, "the relay was never tried");
+    let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id = $1")
+        .bind(id)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_eq!(status, "queued", "given up on over the relay's refusal");
+    let bounces: i64 = sqlx::query_scalar("SELECT count(*) FROM outcomes")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("outcomes");
+    assert_eq!(bounces, 0, "the relay's refusal was counted as a bounce");
+    // The relay is fixed: the invite goes out.
+    let Stage {
+        app,
+        sink,
+        pool,
+        db,
+    } = stage;
+    sink.stop().await;
+    let fixed = SmtpSink::start_on(port).await;
+    let sent = wait_for(Duration::from_secs(20), || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .expect("invite")
+            == "sent"
+    })
+    .await;
+    assert!(sent, "the invite was not sent once the relay was fixed");
+    assert_eq!(fixed.messages().len(), 1);
+    app.shutdown().await;
+    drop(db);
+}

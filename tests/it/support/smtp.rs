@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -81,29 +81,52 @@ impl SmtpSink {
     /// A sink that refuses these recipients for good (550), as a mail server refuses an
     /// unknown mailbox.
     pub async fn start_refusing(port: u16, refused: &[&str]) -> SmtpSink {
-        Self::serve(port, refused, None).await
+        Self::serve(port, Behaviour::refusing(refused)).await
     }
 
     /// A sink that refuses these recipients, and keeps each message it receives, then waits
     /// for a permit from `gate` before it answers that the message was taken: the sender is
     /// left waiting, as on a slow server.
     pub async fn start_holding(refused: &[&str], gate: Arc<Semaphore>) -> SmtpSink {
-        Self::serve(0, refused, Some(gate)).await
+        Self::serve(
+            0,
+            Behaviour {
+                gate: Some(gate),
+                ..Behaviour::refusing(refused)
+            },
+        )
+        .await
     }
 
-    async fn serve(port: u16, refused: &[&str], gate: Option<Arc<Semaphore>>) -> SmtpSink {
-        let refused: Arc<Vec<String>> = Arc::new(refused.iter().map(|r| r.to_string()).collect());
+    /// A relay that refuses the sending address for good (`550 5.7.1`), as one does whose
+    /// credentials or sender domain are not set up: nothing about any recipient.
+    pub async fn start_refusing_the_sender(port: u16) -> SmtpSink {
+        Self::serve(
+            port,
+            Behaviour {
+                refuse_sender: true,
+                ..Behaviour::refusing(&[])
+            },
+        )
+        .await
+    }
+
+    async fn serve(port: u16, behaviour: Behaviour) -> SmtpSink {
+        let behaviour = Arc::new(behaviour);
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind sink");
         let addr = listener.local_addr().expect("sink address");
         let messages = Arc::new(Mutex::new(Vec::new()));
         let store = messages.clone();
+        // The sessions are the accept task's own, so that they end with it.
         let task = tokio::spawn(async move {
+            let mut sessions = JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
-                let (store, refused, gate) = (store.clone(), refused.clone(), gate.clone());
-                tokio::spawn(async move {
-                    let _ = session(stream, store, &refused, gate.as_deref()).await;
+                while sessions.try_join_next().is_some() {}
+                let (store, behaviour) = (store.clone(), behaviour.clone());
+                sessions.spawn(async move {
+                    let _ = session(stream, store, &behaviour).await;
                 });
             }
         });
@@ -121,9 +144,35 @@ impl SmtpSink {
     pub fn messages(&self) -> Vec<Received> {
         self.messages.lock().expect("sink lock").clone()
     }
+
+    /// Stops the sink and its open sessions, and returns once its port is free again.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
 }
 
-/// Stops accepting connections (open ones die with their tasks' listener gone).
+/// How a sink answers.
+struct Behaviour {
+    /// Recipients refused at `RCPT TO` (550).
+    refused: Vec<String>,
+    /// Each message is answered once a permit is taken from it.
+    gate: Option<Arc<Semaphore>>,
+    /// `MAIL FROM` is refused (550 5.7.1).
+    refuse_sender: bool,
+}
+
+impl Behaviour {
+    fn refusing(refused: &[&str]) -> Behaviour {
+        Behaviour {
+            refused: refused.iter().map(|r| r.to_string()).collect(),
+            gate: None,
+            refuse_sender: false,
+        }
+    }
+}
+
+/// Stops accepting connections, and ends the open sessions.
 impl Drop for SmtpSink {
     fn drop(&mut self) {
         self.task.abort();
@@ -133,8 +182,7 @@ impl Drop for SmtpSink {
 async fn session(
     stream: TcpStream,
     store: Arc<Mutex<Vec<Received>>>,
-    refused: &[String],
-    gate: Option<&Semaphore>,
+    behaviour: &Behaviour,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
@@ -153,10 +201,16 @@ async fn session(
             to.clear();
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("MAIL FROM:") {
-            write.write_all(b"250 ok\r\n").await?;
+            if behaviour.refuse_sender {
+                write
+                    .write_all(b"550 5.7.1 sender address not authorized\r\n")
+                    .await?;
+            } else {
+                write.write_all(b"250 ok\r\n").await?;
+            }
         } else if upper.starts_with("RCPT TO:") {
             let rcpt = line[8..].trim().trim_matches(['<', '>']).to_owned();
-            if refused.contains(&rcpt) {
+            if behaviour.refused.contains(&rcpt) {
                 write.write_all(b"550 no such user\r\n").await?;
             } else {
                 to.push(rcpt);
@@ -180,7 +234,7 @@ async fn session(
                 to: std::mem::take(&mut to),
                 data,
             });
-            if let Some(gate) = gate {
+            if let Some(gate) = &behaviour.gate {
                 gate.acquire().await.expect("open gate").forget();
             }
             write.write_all(b"250 queued\r\n").await?;
