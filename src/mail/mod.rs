@@ -13,8 +13,12 @@ use lettre::message::Mailbox;
 use lettre::transport::smtp::PoolConfig;
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use rand::Rng;
+use sqlx::Postgres;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -203,6 +207,12 @@ pub const RETRY: &str = "UPDATE invites SET attempts = $3, last_error = $4,
          claimed_by = NULL, claimed_until = NULL
      WHERE id = $1 AND claimed_by = $2 AND created_at = $7";
 
+/// Extends worker `$2`'s lease on invites (`$1`, written from `$3` to `$4`) still being sent by
+/// `$5` seconds, so that no other worker takes them over while their sends are under way.
+const RENEW: &str = "UPDATE invites SET claimed_until = now() + make_interval(secs => $5),
+         next_attempt_at = now() + make_interval(secs => $5)
+     WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
+
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
 const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL,
          next_attempt_at = now()
@@ -340,7 +350,7 @@ impl Outbox {
             self.suppress(&unsubscribed).await?;
         }
         let mut sends = JoinSet::new();
-        for invite in claimed {
+        for invite in claimed.iter().cloned() {
             let transport = self.transport.clone();
             let metrics = self.metrics.clone();
             let message = self.message(&invite).await;
@@ -359,7 +369,21 @@ impl Outbox {
         }
         let mut sent = Vec::with_capacity(n);
         let mut failures = Vec::new();
-        while let Some(joined) = sends.join_next().await {
+        // A slow mail server can keep a send longer than the claim's lease: the lease is
+        // renewed every third of it while any send is under way, or another instance would
+        // take the invites over and send them a second time.
+        let every = self.settings.lease / 3;
+        let mut renew = tokio::time::interval_at((Instant::now() + every).into(), every);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let joined = tokio::select! {
+                joined = sends.join_next() => joined,
+                _ = renew.tick() => {
+                    self.renew(&claimed).await;
+                    continue;
+                }
+            };
+            let Some(joined) = joined else { break };
             let Ok((invite, result)) = joined else {
                 continue; // a panicked send leaves its lease to expire: the invite is retried
             };
@@ -425,26 +449,32 @@ impl Outbox {
         Ok(())
     }
 
-    /// Runs `statement` (`MARK_SENT` or `SUPPRESS`) on a round's invites claimed by this worker:
-    /// their ids, and the span of their `created_at`, which keeps it to their weeks.
+    /// `statement` on a round's invites claimed by this worker, bound to their ids (`$1`), the
+    /// worker (`$2`) and the span of their `created_at` (`$3`, `$4`), which keeps it to their
+    /// weeks.
+    fn on_round<'q>(
+        &self,
+        statement: &'q str,
+        invites: &[Outgoing],
+    ) -> Query<'q, Postgres, PgArguments> {
+        let ids: Vec<Uuid> = invites.iter().map(|invite| invite.id).collect();
+        let (first, last) = written_between(invites);
+        sqlx::query(statement)
+            .bind(ids)
+            .bind(self.worker_id.clone())
+            .bind(first)
+            .bind(last)
+    }
+
+    /// Runs `statement` (`MARK_SENT` or `SUPPRESS`) on a round's invites.
     async fn settle(
         &self,
         statement: &'static str,
         invites: &[Outgoing],
     ) -> Result<(), sqlx::Error> {
-        let ids: Vec<Uuid> = invites.iter().map(|invite| invite.id).collect();
-        let (first, last) = written_between(invites);
         let once = async || {
             self.db
-                .run(async |conn| {
-                    sqlx::query(statement)
-                        .bind(&ids)
-                        .bind(&self.worker_id)
-                        .bind(first)
-                        .bind(last)
-                        .execute(conn)
-                        .await
-                })
+                .run(async |conn| self.on_round(statement, invites).execute(conn).await)
                 .await
                 .map(drop)
         };
@@ -457,6 +487,24 @@ impl Outbox {
                 tracing::warn!(error = %e, "marking a round failed; trying again");
                 once().await
             }
+        }
+    }
+
+    /// Extends this worker's lease on a round's invites; a failure is only logged, and the
+    /// round goes on (its invites may then be sent twice, at least once as always).
+    async fn renew(&self, invites: &[Outgoing]) {
+        let lease = self.settings.lease.as_secs_f64();
+        let renewed = self
+            .db
+            .run(async |conn| {
+                self.on_round(RENEW, invites)
+                    .bind(lease)
+                    .execute(conn)
+                    .await
+            })
+            .await;
+        if let Err(e) = renewed {
+            tracing::warn!(error = %e, "the outbox's lease on a round in flight was not renewed");
         }
     }
 

@@ -291,6 +291,41 @@ async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
     drop(key);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_send_keeps_its_claim_from_another_instance() {
+    let (db, pool) = migrated("slowsend", &[]).await;
+    let key = api_key(&pool).await;
+    queue(&pool, key_id(&pool).await, &["slow@example.com"]).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = SmtpSink::start_holding(&[], gate.clone()).await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.mail_lease_secs = 1;
+    let first = sendguard::start(&cfg).await.expect("start");
+    let second = sendguard::start(&cfg).await.expect("start");
+    let received = wait_for(Duration::from_secs(10), || async {
+        !sink.messages().is_empty()
+    })
+    .await;
+    assert!(received, "the invite was not sent");
+    // The mail server holds its answer for three leases while both outboxes claim.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    gate.add_permits(10);
+    let marked = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM invites")
+            .fetch_one(&pool)
+            .await
+            .expect("status")
+            == "sent"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.messages().len(), 1, "another instance sent it again");
+    assert!(marked, "the sent invite was not marked sent");
+    first.shutdown().await;
+    second.shutdown().await;
+    drop(key);
+}
+
 async fn key_id(pool: &sqlx::PgPool) -> i64 {
     sqlx::query_scalar("SELECT id FROM api_keys")
         .fetch_one(pool)
