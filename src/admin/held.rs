@@ -22,6 +22,8 @@ pub(super) struct InviteForm {
     csrf: String,
     #[serde(default)]
     sender: String,
+    /// The sender's version on the page the decision was made on.
+    version: i64,
     decision: String,
 }
 
@@ -42,6 +44,7 @@ pub(super) async fn decide_invite(
     let changed = review::decide_invite(
         &dashboard.pool,
         &sender,
+        form.version,
         invite,
         decision,
         &admin.0.username,

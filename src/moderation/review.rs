@@ -293,17 +293,34 @@ impl InviteDecision {
     }
 }
 
-/// Releases or discards one held invite of `sender`, audited; the sender's state stays.
-/// False when the invite is not (any more) held.
+/// Releases or discards one held invite of `sender`, audited; the sender's state stays. Decided
+/// on the page of the sender at `seen_version`, like a review, so that a release is not made
+/// on a page from before a ban; the decision moves the version on in turn, so that a ban
+/// decided on a page from before the release is refused. False when the invite is not (any
+/// more) held.
 pub async fn decide_invite(
     pool: &PgPool,
     sender: &SenderKey,
+    seen_version: i64,
     invite_id: uuid::Uuid,
     decision: InviteDecision,
     actor: &str,
     admin_id: Option<i64>,
-) -> Result<bool, sqlx::Error> {
+) -> Result<bool, ReviewError> {
     let mut tx = pool.begin().await?;
+    let current: Option<(String, i64)> = sqlx::query_as(
+        "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((state, version)) = current else {
+        return Err(ReviewError::NotFound(sender.id.clone()));
+    };
+    if version != seen_version {
+        return Err(ReviewError::Stale { state, version });
+    }
     let changed = sqlx::query(
         "UPDATE invites SET status = $3,
              next_attempt_at = CASE WHEN $3 = 'queued' THEN now() END
@@ -321,7 +338,7 @@ pub async fn decide_invite(
         return Ok(false);
     }
     sqlx::query(
-        "UPDATE senders SET held_stored = GREATEST(held_stored - 1, 0)
+        "UPDATE senders SET held_stored = GREATEST(held_stored - 1, 0), version = version + 1
          WHERE app_id = $1 AND id = $2",
     )
     .bind(sender.app_id)

@@ -440,6 +440,87 @@ async fn hostile_input_is_shown_escaped() {
     }
 }
 
+/// A reviewer's page goes stale when the sender's standing changes: releasing a held invite
+/// from a page loaded before the sender was shadow-banned is refused, and nothing is sent; a
+/// release moves the sender's version on, so a ban decided on a page from before it is refused
+/// in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_invite_is_not_released_from_a_page_older_than_the_senders_standing() {
+    let stage = Stage::new("dashstale").await;
+    let mut held = Vec::new();
+    for n in 0..2 {
+        let (status, id) = stage
+            .api
+            .send(
+                serde_json::json!({"sender_id": "linky", "recipient": format!("s{n}@example.com"),
+                "message": "see prize[.]example.com"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        held.push(id.expect("id"));
+    }
+    assert_eq!(stage.settle().await, 0, "both invites are held");
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
+    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    let release = |id: String, version: String| {
+        let (browser, base, csrf) = (browser.clone(), stage.base.clone(), csrf.clone());
+        async move {
+            browser
+                .post(format!("{base}/admin/senders/default/linky/invites/{id}"))
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("sender", "default/linky"),
+                    ("version", version.as_str()),
+                    ("decision", "release"),
+                ])
+                .send()
+                .await
+                .expect("release")
+                .status()
+        }
+    };
+    // A rule shadow-bans the sender while the page is open.
+    sqlx::query(
+        "UPDATE senders SET state = 'shadow_banned', version = version + 1,
+             state_changed_by = 'system' WHERE id = 'linky'",
+    )
+    .execute(&stage.pool)
+    .await
+    .expect("ban");
+    assert_ne!(
+        release(held[0].clone(), version.clone()).await,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(stage.settle().await, 0, "released from a stale page");
+    // From a fresh page the release goes through, and the ban form of the page before it is
+    // stale.
+    let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
+    let fresh = hidden(&page, "version");
+    assert_eq!(
+        release(held[0].clone(), fresh.clone()).await,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(stage.settle().await, 1, "the released invite is delivered");
+    let ban = browser
+        .post(format!("{}/admin/senders/default/linky/review", stage.base))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("sender", "default/linky"),
+            ("version", fresh.as_str()),
+            ("action", "confirm_ban"),
+        ])
+        .send()
+        .await
+        .expect("ban");
+    assert_ne!(
+        ban.status(),
+        StatusCode::SEE_OTHER,
+        "a ban on a page from before a release"
+    );
+}
+
 /// A link-held invite of an active sender waits in the queue; the reviewer sees its text with
 /// the link marked, releases it alone (it is delivered), and leaves a note.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -469,7 +550,7 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
     );
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
     assert!(page.contains("<mark>prize[.]example.com</mark>"), "{page}");
-    let csrf = hidden(&page, "csrf");
+    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
     let release = browser
         .post(format!(
             "{}/admin/senders/default/linky/invites/{id}",
@@ -478,6 +559,7 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
         .form(&[
             ("csrf", csrf.as_str()),
             ("sender", "default/linky"),
+            ("version", version.as_str()),
             ("decision", "release"),
         ])
         .send()
