@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::validate::ValidInvite;
 use super::{InviteError, InviteService, store};
+use crate::moderation::SenderState;
 use crate::sender::SenderKey;
 
 /// Deferred invites decided per transaction.
@@ -16,10 +17,16 @@ impl InviteService {
     /// Checks one batch of deferred invites; returns how many were decided (0 while Redis
     /// still does not answer). A `reject` verdict becomes `suppressed`: the caller was answered
     /// 200 long ago.
+    ///
+    /// The rules are asked first, holding no sender's row (a writer's batch may be waiting for
+    /// one); then the senders are locked, in key order as the writer locks them, and each
+    /// verdict is drawn from the rules' answers and the state its sender has now: a ban or a
+    /// lift that committed while Redis was being asked is not overtaken by a verdict made
+    /// before it, and no invite is counted twice.
     pub async fn recheck_deferred(&self) -> Result<usize, InviteError> {
         let mut tx = self.pool.begin().await?;
         let rows = store::claim_deferred(&mut tx, BATCH).await?;
-        let mut decided = 0;
+        let mut answered = Vec::with_capacity(rows.len());
         for row in &rows {
             let sender = SenderKey::new(row.app_id, row.sender_id.as_str());
             let invite = ValidInvite {
@@ -36,25 +43,36 @@ impl InviteService {
             };
             let standing = self.senders.get(&sender).await?;
             let at_ms = row.created_at.timestamp_millis().max(0) as u64;
-            let d = match self.decide(&invite, &sender, &standing, Some(at_ms)).await {
-                Ok(d) => d,
-                // Still down: what was decided so far is kept, the rest waits.
+            match self.answers(&invite, &sender, &standing, Some(at_ms)).await {
+                Ok(answers) => answered.push((row, sender, answers)),
+                // Still down: what was asked so far is decided, the rest waits.
                 Err(InviteError::Limiter(_)) => break,
                 Err(e) => return Err(e),
-            };
-            if let Some(b) = &d.breach {
-                store::flag(&mut tx, &sender, b, Some(row.id), self.confirm_repeat).await?;
+            }
+        }
+        let mut senders: Vec<&SenderKey> = answered.iter().map(|(_, s, _)| s).collect();
+        senders.sort();
+        senders.dedup();
+        let mut states = store::lock_senders(&mut tx, &senders).await?;
+        for (row, sender, answers) in &answered {
+            let state = states.get(sender).copied().unwrap_or(SenderState::Active);
+            let d = answers.verdict(state);
+            if let Some(b) = &d.breach
+                && let Some(flagged) =
+                    store::flag(&mut tx, sender, b, Some(row.id), self.confirm_repeat).await?
+            {
+                // The sender's next invites in this batch are held as the flag says.
+                states.insert(sender.clone(), flagged);
             }
             let mut decision = d.decision;
             decision.deferred = true;
             store::settle_deferred(&mut tx, row, d.status, &decision).await?;
-            decided += 1;
         }
         tx.commit().await?;
-        if decided > 0 {
-            tracing::info!(decided, "deferred invites checked");
+        if !answered.is_empty() {
+            tracing::info!(decided = answered.len(), "deferred invites checked");
         }
-        Ok(decided)
+        Ok(answered.len())
     }
 
     /// Re-checks deferred invites every second until `stop` is cancelled.

@@ -101,6 +101,25 @@ struct Facts {
     new_sender: bool,
 }
 
+/// What the rules answered on one invite, from which a verdict is drawn for the sender's state
+/// at the time of the write.
+#[derive(Default)]
+struct Answers {
+    checked: Vec<Checked>,
+    /// The banned sender this one is linked to, when the invite carries links.
+    linked_to: Option<String>,
+}
+
+impl Answers {
+    /// The verdict for a sender now in `state`.
+    fn verdict(&self, state: SenderState) -> Decided {
+        if state == SenderState::Trusted {
+            return policy::trusted();
+        }
+        policy::verdict(&self.checked, state, self.linked_to.as_deref())
+    }
+}
+
 /// Times a state change may be seen between the verdict and the write before giving up.
 const STATE_RETRIES: usize = 3;
 
@@ -249,17 +268,17 @@ impl InviteService {
         }
     }
 
-    /// The rules' verdict on an invite from a sender of `standing`, at `at_ms` (now when
-    /// `None`).
-    async fn decide(
+    /// The rules' answers on an invite from a sender of `standing`, at `at_ms` (now when
+    /// `None`): none for a trusted sender, whose invites no rule checks.
+    async fn answers(
         &self,
         invite: &ValidInvite,
         sender: &SenderKey,
         standing: &Standing,
         at_ms: Option<u64>,
-    ) -> Result<Decided, InviteError> {
+    ) -> Result<Answers, InviteError> {
         if standing.state == SenderState::Trusted {
-            return Ok(policy::trusted());
+            return Ok(Answers::default());
         }
         let at = at_ms
             .and_then(|ms| chrono::DateTime::from_timestamp_millis(ms as i64))
@@ -275,11 +294,7 @@ impl InviteService {
             .linked_to(sender, standing, address.as_deref(), facts)
             .await?;
         let checked = self.check_rules(invite, sender, at_ms, facts).await?;
-        Ok(policy::verdict(
-            &checked,
-            standing.state,
-            linked_to.as_deref(),
-        ))
+        Ok(Answers { checked, linked_to })
     }
 
     /// The banned sender this one is linked to, when it matters: the invite has links. A sender

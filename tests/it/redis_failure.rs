@@ -187,3 +187,82 @@ async fn the_open_policy_still_holds_a_banned_senders_invites() {
     assert_eq!(to, ["o1@example.com"], "a banned sender's invite was sent");
     assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 1)]));
 }
+
+/// A deferred invite is decided against the rules with its sender's standing as cached, then
+/// written: a ban that commits in between is not overtaken by that decision. Here Redis answers
+/// the re-check only after the sender was shadow-banned; the invite ends held, not sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked() {
+    let mut redis = RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_with("deferban", &[], |cfg| {
+        cfg.redis_url = url;
+        // A paused Redis is waited for, not given up on.
+        cfg.redis_timeout_ms = 10_000;
+        cfg.on_redis_error = RedisPolicy::Defer;
+    })
+    .await;
+    let (pool, sink) = (&stage.pool, &stage.sink);
+    let api = Api::new(stage.base(), api_key(pool).await);
+    redis.kill();
+    let resp = api
+        .invite(json!({"sender_id": "late", "recipient": "late@example.com"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(statuses(pool).await, counts(&[("deferred", 1)]));
+    // The invite is kept from the re-check until Redis is back and paused: the re-check's call
+    // then waits inside its transaction.
+    let mut hold = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM invites WHERE status = 'deferred' FOR UPDATE")
+        .execute(&mut *hold)
+        .await
+        .expect("hold the invite");
+    redis.restart().await;
+    let client = redis::Client::open(redis.url()).expect("client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query_async(&mut admin)
+        .await
+        .expect("pause");
+    hold.rollback().await.expect("let the invite go");
+    let checking = wait_for(Duration::from_secs(5), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND state = 'idle in transaction'",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("activity")
+            == 1
+    })
+    .await;
+    assert!(checking, "the re-check did not start");
+    // A rule shadow-bans the sender while the re-check waits for Redis.
+    sqlx::query(
+        "UPDATE senders SET state = 'shadow_banned', version = version + 1,
+             state_changed_by = 'system' WHERE id = 'late'",
+    )
+    .execute(pool)
+    .await
+    .expect("ban");
+    let decided = wait_for(Duration::from_secs(15), || async {
+        statuses(pool)
+            .await
+            .iter()
+            .all(|(status, _)| status != "deferred")
+    })
+    .await;
+    assert!(decided, "the deferred invite was never decided");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(statuses(pool).await, counts(&[("held", 1)]));
+    assert!(
+        sink.messages().is_empty(),
+        "a banned sender's invite was sent"
+    );
+}

@@ -9,6 +9,7 @@
 
 pub mod batch;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::types::Json;
@@ -78,22 +79,29 @@ impl Assumed {
     }
 }
 
-/// Locks the rows of these senders (those that exist), in the order given.
+/// Locks the rows of these senders (those that exist), in the order given, and answers their
+/// states as locked.
 pub async fn lock_senders(
     conn: &mut PgConnection,
     senders: &[&SenderKey],
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "SELECT 1 FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
-             LATERAL (SELECT 1 FROM senders WHERE app_id = k.app_id AND id = k.id
+) -> Result<HashMap<SenderKey, SenderState>, sqlx::Error> {
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT s.app_id, s.id, s.state
+         FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
+             LATERAL (SELECT app_id, id, state FROM senders WHERE app_id = k.app_id AND id = k.id
                       FOR UPDATE) s
          ORDER BY k.n",
     )
     .bind(senders.iter().map(|s| s.app_id).collect::<Vec<_>>())
     .bind(senders.iter().map(|s| s.id.as_str()).collect::<Vec<_>>())
-    .execute(conn)
-    .await
-    .map(drop)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(app_id, id, state)| {
+            Some((SenderKey::new(app_id, id.as_str()), state.parse().ok()?))
+        })
+        .collect())
 }
 
 /// The invite insert (`$1`-`$11` as [`bind`] binds them, `$12` its app, `$13` its link) of a
