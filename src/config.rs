@@ -92,6 +92,12 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_SMTP_URL")]
     pub smtp_url: Option<String>,
 
+    /// Sends to the SMTP server at once, at most, and the connections kept open between them:
+    /// a round's other sends wait for one instead of opening their own.
+    #[arg(long, env = "SENDGUARD_SMTP_CONNECTIONS", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub smtp_connections: u32,
+
     #[arg(long, env = "SENDGUARD_MAIL_DIR", default_value = "./mail-out")]
     pub mail_dir: PathBuf,
 

@@ -92,7 +92,8 @@ impl Services {
         let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
         let limiter = counters(cfg).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
-        let transport = Transport::new(cfg.smtp_url.as_deref(), &cfg.mail_dir)?;
+        let transport =
+            Transport::new(cfg.smtp_url.as_deref(), cfg.smtp_connections, &cfg.mail_dir)?;
         let metrics = Metrics::default();
         let senders = SenderStates::new(batches.clone());
         let outcomes = Outcomes {

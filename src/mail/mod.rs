@@ -6,6 +6,7 @@ mod handoff;
 mod render;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -16,7 +17,7 @@ use rand::Rng;
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -94,21 +95,30 @@ fn enhanced_status(text: &str) -> Option<(u16, u16)> {
 /// Where messages go, chosen once at startup.
 #[derive(Clone)]
 pub enum Transport {
-    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    /// With one permit per send at once: lettre's pool bounds only the connections it keeps
+    /// idle, so without them every send of a round would open a connection of its own (a
+    /// connection goes back to the pool in a task of its own, so for a moment after a send the
+    /// next one may still open another).
+    Smtp(AsyncSmtpTransport<Tokio1Executor>, Arc<Semaphore>),
     File(AsyncFileTransport<Tokio1Executor>),
 }
 
 impl Transport {
     /// SMTP when a URL is given (pooled connections), otherwise .eml files in `mail_dir`.
-    pub fn new(smtp_url: Option<&str>, mail_dir: &std::path::Path) -> Result<Self, MailError> {
+    pub fn new(
+        smtp_url: Option<&str>,
+        connections: u32,
+        mail_dir: &std::path::Path,
+    ) -> Result<Self, MailError> {
         match smtp_url {
             Some(url) => {
                 let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
                     .map_err(|e| MailError::SmtpUrl(e.to_string()))?
                     .timeout(Some(Duration::from_secs(10)))
-                    .pool_config(PoolConfig::new().max_size(8))
+                    .pool_config(PoolConfig::new().max_size(connections))
                     .build();
-                Ok(Transport::Smtp(transport))
+                let permits = Arc::new(Semaphore::new(connections as usize));
+                Ok(Transport::Smtp(transport, permits))
             }
             None => {
                 std::fs::create_dir_all(mail_dir)
@@ -118,9 +128,18 @@ impl Transport {
         }
     }
 
+    /// Waits for a connection to send on; a file needs none.
+    async fn turn(&self) -> Option<OwnedSemaphorePermit> {
+        match self {
+            // The semaphore is never closed.
+            Transport::Smtp(_, permits) => permits.clone().acquire_owned().await.ok(),
+            Transport::File(_) => None,
+        }
+    }
+
     async fn send(&self, message: Message) -> Result<(), MailError> {
         match self {
-            Transport::Smtp(t) => t.send(message).await.map(drop).map_err(Into::into),
+            Transport::Smtp(t, _) => t.send(message).await.map(drop).map_err(Into::into),
             Transport::File(t) => t.send(message).await.map(drop).map_err(Into::into),
         }
     }
@@ -357,6 +376,7 @@ impl Outbox {
             sends.spawn(async move {
                 let result = match message {
                     Ok(message) => {
+                        let _turn = transport.turn().await;
                         let started = std::time::Instant::now();
                         let sent = transport.send(message).await;
                         metrics.smtp_latency(started.elapsed());

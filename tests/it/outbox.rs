@@ -326,6 +326,44 @@ async fn a_slow_send_keeps_its_claim_from_another_instance() {
     drop(key);
 }
 
+/// The mail server gets at most `SENDGUARD_SMTP_CONNECTIONS` sends at once, however many invites a
+/// round holds: the rest wait for a connection instead of opening their own, and all are sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_uses_no_more_smtp_connections_than_configured() {
+    const INVITES: usize = 20;
+    let (db, pool) = migrated("smtpcap", &[]).await;
+    let key = api_key(&pool).await;
+    let recipients: Vec<String> = (0..INVITES).map(|n| format!("c{n}@example.com")).collect();
+    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
+    queue(&pool, key_id(&pool).await, &recipients).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = SmtpSink::start_holding(&[], gate.clone()).await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.smtp_connections = 4;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let four = wait_for(Duration::from_secs(10), || async {
+        sink.messages().len() >= 4
+    })
+    .await;
+    assert!(four, "four sends did not start");
+    // While the server holds its answers, no fifth connection opens.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sink.peak_sessions(), 4);
+    gate.add_permits(INVITES);
+    let sent = wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM invites WHERE status = 'sent'")
+            .fetch_one(&pool)
+            .await
+            .expect("sent")
+            == INVITES as i64
+    })
+    .await;
+    assert!(sent, "not every invite was sent");
+    assert_eq!(sink.messages().len(), INVITES);
+    app.shutdown().await;
+    drop(key);
+}
+
 async fn key_id(pool: &sqlx::PgPool) -> i64 {
     sqlx::query_scalar("SELECT id FROM api_keys")
         .fetch_one(pool)

@@ -161,6 +161,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         max_connections_per_client: 256,
         read_timeout_ms: 10_000,
         smtp_url,
+        smtp_connections: 8,
         mail_dir: std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id())),
         mail_from: "sendguard <no-reply@sendguard.test>".into(),
         public_url: "http://127.0.0.1:8080".into(),

@@ -65,6 +65,8 @@ impl Received {
 pub struct SmtpSink {
     pub addr: SocketAddr,
     messages: Arc<Mutex<Vec<Received>>>,
+    /// Connections open now, and the most that were open at once.
+    sessions: Arc<Mutex<(usize, usize)>>,
     task: JoinHandle<()>,
 }
 
@@ -118,21 +120,29 @@ impl SmtpSink {
             .expect("bind sink");
         let addr = listener.local_addr().expect("sink address");
         let messages = Arc::new(Mutex::new(Vec::new()));
-        let store = messages.clone();
+        let sessions = Arc::new(Mutex::new((0, 0)));
+        let (store, open) = (messages.clone(), sessions.clone());
         // The sessions are the accept task's own, so that they end with it.
         let task = tokio::spawn(async move {
-            let mut sessions = JoinSet::new();
+            let mut tasks = JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
-                while sessions.try_join_next().is_some() {}
-                let (store, behaviour) = (store.clone(), behaviour.clone());
-                sessions.spawn(async move {
+                while tasks.try_join_next().is_some() {}
+                let (store, behaviour, open) = (store.clone(), behaviour.clone(), open.clone());
+                tasks.spawn(async move {
+                    {
+                        let mut open = open.lock().expect("sessions lock");
+                        open.0 += 1;
+                        open.1 = open.1.max(open.0);
+                    }
                     let _ = session(stream, store, &behaviour).await;
+                    open.lock().expect("sessions lock").0 -= 1;
                 });
             }
         });
         SmtpSink {
             addr,
             messages,
+            sessions,
             task,
         }
     }
@@ -143,6 +153,11 @@ impl SmtpSink {
 
     pub fn messages(&self) -> Vec<Received> {
         self.messages.lock().expect("sink lock").clone()
+    }
+
+    /// The most connections that were open at once.
+    pub fn peak_sessions(&self) -> usize {
+        self.sessions.lock().expect("sessions lock").1
     }
 
     /// Stops the sink and its open sessions, and returns once its port is free again.
