@@ -2,6 +2,7 @@
 //! the sender page.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -10,8 +11,8 @@ use super::Dashboard;
 use super::auth::Admin;
 use super::error::AdminError;
 use super::format::Notice;
-use super::senders::{same_sender, sender_of, sender_path};
-use crate::moderation::review::{self, InviteDecision};
+use super::senders::{render_sender, same_sender, sender_of, sender_path};
+use crate::moderation::review::{self, InviteDecision, ReviewError};
 
 fn back(app: &str, id: &str, notice: Notice) -> Response {
     Redirect::to(&format!("{}?{}", sender_path(app, id), notice.query())).into_response()
@@ -41,7 +42,7 @@ pub(super) async fn decide_invite(
         "discard" => InviteDecision::Discard,
         _ => return Err(AdminError::BadForm("decide release or discard".into())),
     };
-    let changed = review::decide_invite(
+    let decided = review::decide_invite(
         &dashboard.pool,
         &sender,
         form.version,
@@ -50,8 +51,25 @@ pub(super) async fn decide_invite(
         &admin.0.username,
         Some(admin.0.admin_id),
     )
-    .await?;
-    Ok(back(&app, &id, Notice::InviteDecided { changed }))
+    .await;
+    match decided {
+        Ok(changed) => Ok(back(&app, &id, Notice::InviteDecided { changed })),
+        // As a review on a stale page: the page again, as it is now, with why.
+        Err(e @ ReviewError::Stale { .. }) => {
+            let page = render_sender(
+                &dashboard,
+                &admin,
+                &app,
+                &sender,
+                1,
+                None,
+                Some(e.to_string()),
+            )
+            .await?;
+            Ok((StatusCode::CONFLICT, page).into_response())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[derive(Deserialize)]

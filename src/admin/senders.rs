@@ -256,7 +256,7 @@ async fn counters(dashboard: &Dashboard, sender: &SenderKey) -> (Vec<CounterView
     }
 }
 
-async fn render_sender(
+pub(super) async fn render_sender(
     dashboard: &Dashboard,
     admin: &Admin,
     app: &str,

@@ -22,7 +22,8 @@ impl InviteService {
     /// one); then the senders are locked, in key order as the writer locks them, and each
     /// verdict is drawn from the rules' answers and the state its sender has now: a ban or a
     /// lift that committed while Redis was being asked is not overtaken by a verdict made
-    /// before it, and no invite is counted twice.
+    /// before it, and is met without asking the rules again (a batch that fails to commit is
+    /// asked again, and counted twice).
     pub async fn recheck_deferred(&self) -> Result<usize, InviteError> {
         let mut tx = self.pool.begin().await?;
         let rows = store::claim_deferred(&mut tx, BATCH).await?;

@@ -103,7 +103,6 @@ struct Facts {
 
 /// What the rules answered on one invite, from which a verdict is drawn for the sender's state
 /// at the time of the write.
-#[derive(Default)]
 struct Answers {
     checked: Vec<Checked>,
     /// The banned sender this one is linked to, when the invite carries links.
@@ -269,7 +268,8 @@ impl InviteService {
     }
 
     /// The rules' answers on an invite from a sender of `standing`, at `at_ms` (now when
-    /// `None`): none for a trusted sender, whose invites no rule checks.
+    /// `None`), asked whatever the sender's state: it may have changed when the verdict is
+    /// drawn.
     async fn answers(
         &self,
         invite: &ValidInvite,
@@ -277,9 +277,6 @@ impl InviteService {
         standing: &Standing,
         at_ms: Option<u64>,
     ) -> Result<Answers, InviteError> {
-        if standing.state == SenderState::Trusted {
-            return Ok(Answers::default());
-        }
         let at = at_ms
             .and_then(|ms| chrono::DateTime::from_timestamp_millis(ms as i64))
             .unwrap_or_else(chrono::Utc::now);

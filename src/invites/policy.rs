@@ -273,6 +273,8 @@ pub fn without_redis(
             if decided.status == Status::Queued {
                 decided.decision = DecisionRecord::reason("redis_unavailable_sent_unchecked");
             }
+            // No rule was checked, which the record must not show as an empty list.
+            decided.decision.rules = None;
             Some(decided)
         }
     }
@@ -510,6 +512,7 @@ mod tests {
             without_redis(RedisPolicy::Open, SenderState::ShadowBanned, None).expect("open");
         assert_eq!(banned.status, Status::Held);
         assert_eq!(json_of(&banned.decision)["reason"], "sender_shadow_banned");
+        assert!(json_of(&banned.decision).get("rules").is_none());
         let linked =
             without_redis(RedisPolicy::Open, SenderState::Active, Some("ghost")).expect("open");
         assert_eq!(linked.status, Status::Held);

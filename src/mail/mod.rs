@@ -53,10 +53,11 @@ pub enum MailError {
 
 impl MailError {
     /// The mail server refused the recipient for good: a bounce of the invite, counted against
-    /// its sender. Only a refusal of the address or mailbox is one: an enhanced status (RFC
-    /// 3463) of `5.1.x` or `5.2.1`, or without one a `550`, `551` or `553`. Every other 5xx is
-    /// about the relay's set-up (`535` for its credentials, `550 5.7.1` for a sending address it
-    /// does not accept) and says nothing about the recipient.
+    /// its sender. Only a refusal of the recipient's address or mailbox is one: an enhanced
+    /// status (RFC 3463) of `5.1.1`, `5.1.2`, `5.1.3`, `5.1.6`, `5.1.10` or `5.2.1`, or without
+    /// one a `550`, `551` or `553`. Every other 5xx is about the sender's address, the relay's
+    /// set-up (`535` for its credentials, `550 5.7.1` for a sending address it does not accept)
+    /// or the message, and says nothing about the recipient.
     fn is_refusal(&self) -> bool {
         let MailError::Smtp(e) = self else {
             return false;
@@ -65,15 +66,12 @@ impl MailError {
             return false;
         };
         let text = std::error::Error::source(e).map(ToString::to_string);
-        match text.as_deref().and_then(enhanced_status) {
-            Some((subject, detail)) => subject == 1 || (subject, detail) == (2, 1),
-            None => matches!(code.to_string().as_str(), "550" | "551" | "553"),
-        }
+        refuses_recipient(&code.to_string(), text.as_deref().unwrap_or_default())
     }
 
     /// An answer that no retry will change: a refused recipient, a message that cannot be
-    /// built. The relay's other refusals are retried, and raise the SMTP incident, as an outage
-    /// does: giving up on them would lose invites over a setting an operator can fix.
+    /// built. The relay's other refusals are retried and raise the SMTP incident, as an outage
+    /// does, for `SENDGUARD_MAIL_MAX_ATTEMPTS`: an operator can fix a setting in that time.
     fn is_permanent(&self) -> bool {
         match self {
             MailError::Smtp(_) => self.is_refusal(),
@@ -83,13 +81,24 @@ impl MailError {
     }
 }
 
-/// The subject and detail of the enhanced status code (`5.1.1`) a reply's text starts with.
+/// Whether a permanent reply (`code`, then `text`) refuses the recipient's address or mailbox.
+fn refuses_recipient(code: &str, text: &str) -> bool {
+    match enhanced_status(text) {
+        Some(status) => matches!(status, (1, 1 | 2 | 3 | 6 | 10) | (2, 1)),
+        None => matches!(code, "550" | "551" | "553"),
+    }
+}
+
+/// The subject and detail of the enhanced status code (`5.1.1`) in a reply's text: the first
+/// word that is one, as RFC 2034 puts it first, or as some servers write it later (`(#5.7.1)`).
 fn enhanced_status(text: &str) -> Option<(u16, u16)> {
-    let mut parts = text.split_whitespace().next()?.split('.');
-    let class = parts.next()?;
-    let subject = parts.next()?.parse().ok()?;
-    let detail = parts.next()?.parse().ok()?;
-    (matches!(class, "2" | "4" | "5") && parts.next().is_none()).then_some((subject, detail))
+    text.split_whitespace().find_map(|word| {
+        let mut parts = word.trim_matches(['(', ')', '#', ',', ';']).split('.');
+        let class = parts.next()?;
+        let subject = parts.next()?.parse().ok()?;
+        let detail = parts.next()?.parse().ok()?;
+        (matches!(class, "2" | "4" | "5") && parts.next().is_none()).then_some((subject, detail))
+    })
 }
 
 /// Where messages go, chosen once at startup.
@@ -417,15 +426,19 @@ impl Outbox {
         // there cannot leave a sent invite to be sent again when its lease runs out. An
         // instance dying before it marks them leaves the same (at-least-once; the Message-ID
         // stays the same).
+        let mut marked = Ok(());
         if !sent.is_empty() {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
-            self.settle(MARK_SENT, &sent).await?;
+            marked = self.settle(MARK_SENT, &sent).await;
         }
+        // Each failure is recorded whatever happened to the others: one not recorded is tried
+        // again after its lease, without its attempt counted.
         for (invite, e) in failures {
-            self.failed(&invite, e).await?;
+            let recorded = self.failed(&invite, e).await;
+            marked = marked.and(recorded);
         }
-        Ok(n)
+        marked.map(|()| n)
     }
 
     /// The email of `invite`, under its app's branding.
@@ -594,8 +607,39 @@ mod tests {
         assert_eq!(enhanced_status("4.2.2 mailbox full"), Some((2, 2)));
         assert_eq!(enhanced_status("no such user"), None);
         assert_eq!(enhanced_status("5.1 short"), None);
+        assert_eq!(
+            enhanced_status("sorry, that domain isn't allowed (#5.7.1)"),
+            Some((7, 1))
+        );
         assert_eq!(enhanced_status("1.2.3.4 looks like an address"), None);
         assert_eq!(enhanced_status(""), None);
+    }
+
+    #[test]
+    fn only_a_refused_recipient_is_a_bounce() {
+        for (code, text, bounce) in [
+            ("550", "5.1.1 user unknown", true),
+            ("553", "5.1.3 bad recipient address syntax", true),
+            ("550", "5.2.1 mailbox disabled", true),
+            ("550", "no such user", true),
+            ("550", "5.7.1 relaying denied", false),
+            ("535", "5.7.8 authentication failed", false),
+            (
+                "553",
+                "5.1.8 sender address rejected: domain not found",
+                false,
+            ),
+            (
+                "553",
+                "sorry, that domain isn't in my list of allowed rcpthosts (#5.7.1)",
+                false,
+            ),
+            ("554", "5.7.1 message rejected as spam", false),
+            ("552", "5.2.2 mailbox full", false),
+            ("554", "transaction failed", false),
+        ] {
+            assert_eq!(refuses_recipient(code, text), bounce, "{code} {text}");
+        }
     }
 
     #[test]

@@ -101,10 +101,7 @@ async fn an_invite_is_failed_after_the_last_attempt_with_its_error() {
 async fn an_invite_claimed_by_a_dead_instance_is_sent_when_its_lease_expires() {
     let (db, pool) = migrated("lease", &[]).await;
     let key = api_key(&pool).await;
-    let key_id: i64 = sqlx::query_scalar("SELECT id FROM api_keys")
-        .fetch_one(&pool)
-        .await
-        .expect("key id");
+    let key_id = key_id(&pool).await;
     // As a worker that claimed the invite and died would have left it: a lease of two seconds.
     sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'orphan')")
         .execute(&pool)
@@ -239,7 +236,7 @@ async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
     let gate = Arc::new(Semaphore::new(0));
     let sink = SmtpSink::start_holding(&["refused@example.com"], gate.clone()).await;
     let mut cfg = config(&db, Some(sink.url()));
-    cfg.mail_lease_secs = 1;
+    // A lease far longer than the test, so that no renewal replaces the lost connection first.
     cfg.mail_max_attempts = 1;
     let app = sendguard::start(&cfg).await.expect("start");
     let failed = wait_for(Duration::from_secs(10), || async {
@@ -273,7 +270,7 @@ async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
     .await;
     assert!(ended, "the outbox's connections did not end");
     gate.add_permits(10);
-    let marked = wait_for(Duration::from_secs(10), || async {
+    let marked = wait_for(Duration::from_secs(5), || async {
         sqlx::query_scalar::<_, String>(
             "SELECT status FROM invites WHERE recipient = 'lost@example.com'",
         )
@@ -283,8 +280,15 @@ async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
             == "sent"
     })
     .await;
-    // Past the lease, an invite sent and left unmarked would be claimed and sent again.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // An invite sent and left unmarked would be claimed and sent again once its lease ran out.
+    sqlx::query(
+        "UPDATE invites SET claimed_until = now() - interval '1 second', next_attempt_at = now()
+         WHERE status = 'queued'",
+    )
+    .execute(&pool)
+    .await
+    .expect("expire the claim");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(sink.messages().len(), 1, "the sent invite went out again");
     assert!(marked, "the sent invite was not marked sent");
     app.shutdown().await;
@@ -299,7 +303,7 @@ async fn a_slow_send_keeps_its_claim_from_another_instance() {
     let gate = Arc::new(Semaphore::new(0));
     let sink = SmtpSink::start_holding(&[], gate.clone()).await;
     let mut cfg = config(&db, Some(sink.url()));
-    cfg.mail_lease_secs = 1;
+    cfg.mail_lease_secs = 2;
     let first = sendguard::start(&cfg).await.expect("start");
     let second = sendguard::start(&cfg).await.expect("start");
     let received = wait_for(Duration::from_secs(10), || async {
@@ -307,8 +311,8 @@ async fn a_slow_send_keeps_its_claim_from_another_instance() {
     })
     .await;
     assert!(received, "the invite was not sent");
-    // The mail server holds its answer for three leases while both outboxes claim.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The mail server holds its answer for two and a half leases while both outboxes claim.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     gate.add_permits(10);
     let marked = wait_for(Duration::from_secs(10), || async {
         sqlx::query_scalar::<_, String>("SELECT status FROM invites")

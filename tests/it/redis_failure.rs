@@ -225,13 +225,13 @@ async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked(
         .expect("connect");
     let () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(3000)
+        .arg(5_000)
         .arg("ALL")
         .query_async(&mut admin)
         .await
         .expect("pause");
     hold.rollback().await.expect("let the invite go");
-    let checking = wait_for(Duration::from_secs(5), || async {
+    let checking = wait_for(Duration::from_secs(4), || async {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND state = 'idle in transaction'",

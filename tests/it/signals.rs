@@ -503,8 +503,7 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 /// waits for the relay instead of failing, then goes out once it is fixed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_refusing_the_sender_counts_no_bounce_and_loses_nothing() {
-    let port = crate::support::free_port();
-    let sink = SmtpSink::start_refusing_the_sender(port).await;
+    let sink = SmtpSink::start_refusing_the_sender().await;
     let stage = Stage::start_sending_to("relayrefusal", &[], sink, |cfg| {
         cfg.mail_retry_base_ms = 200;
     })
@@ -536,25 +535,16 @@ async fn a_relay_refusing_the_sender_counts_no_bounce_and_loses_nothing() {
         .expect("outcomes");
     assert_eq!(bounces, 0, "the relay's refusal was counted as a bounce");
     // The relay is fixed: the invite goes out.
-    let Stage {
-        app,
-        sink,
-        pool,
-        db,
-    } = stage;
-    sink.stop().await;
-    let fixed = SmtpSink::start_on(port).await;
+    stage.sink.accept_the_sender();
     let sent = wait_for(Duration::from_secs(20), || async {
         sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE id = $1")
             .bind(id)
-            .fetch_one(&pool)
+            .fetch_one(&stage.pool)
             .await
             .expect("invite")
             == "sent"
     })
     .await;
     assert!(sent, "the invite was not sent once the relay was fixed");
-    assert_eq!(fixed.messages().len(), 1);
-    app.shutdown().await;
-    drop(db);
+    assert_eq!(stage.sink.messages().len(), 1);
 }

@@ -2,6 +2,7 @@
 //! crosses a socket and the protocol, as it would to a mail server.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -67,6 +68,7 @@ pub struct SmtpSink {
     messages: Arc<Mutex<Vec<Received>>>,
     /// Connections open now, and the most that were open at once.
     sessions: Arc<Mutex<(usize, usize)>>,
+    behaviour: Arc<Behaviour>,
     task: JoinHandle<()>,
 }
 
@@ -101,16 +103,22 @@ impl SmtpSink {
     }
 
     /// A relay that refuses the sending address for good (`550 5.7.1`), as one does whose
-    /// credentials or sender domain are not set up: nothing about any recipient.
-    pub async fn start_refusing_the_sender(port: u16) -> SmtpSink {
+    /// credentials or sender domain are not set up (nothing about any recipient), until
+    /// [`SmtpSink::accept_the_sender`].
+    pub async fn start_refusing_the_sender() -> SmtpSink {
         Self::serve(
-            port,
+            0,
             Behaviour {
-                refuse_sender: true,
+                refuse_sender: AtomicBool::new(true),
                 ..Behaviour::refusing(&[])
             },
         )
         .await
+    }
+
+    /// The relay is set up: the sending address is accepted from now on.
+    pub fn accept_the_sender(&self) {
+        self.behaviour.refuse_sender.store(false, Ordering::Relaxed);
     }
 
     async fn serve(port: u16, behaviour: Behaviour) -> SmtpSink {
@@ -121,13 +129,13 @@ impl SmtpSink {
         let addr = listener.local_addr().expect("sink address");
         let messages = Arc::new(Mutex::new(Vec::new()));
         let sessions = Arc::new(Mutex::new((0, 0)));
-        let (store, open) = (messages.clone(), sessions.clone());
+        let (store, open, shared) = (messages.clone(), sessions.clone(), behaviour.clone());
         // The sessions are the accept task's own, so that they end with it.
         let task = tokio::spawn(async move {
             let mut tasks = JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
                 while tasks.try_join_next().is_some() {}
-                let (store, behaviour, open) = (store.clone(), behaviour.clone(), open.clone());
+                let (store, behaviour, open) = (store.clone(), shared.clone(), open.clone());
                 tasks.spawn(async move {
                     {
                         let mut open = open.lock().expect("sessions lock");
@@ -143,6 +151,7 @@ impl SmtpSink {
             addr,
             messages,
             sessions,
+            behaviour,
             task,
         }
     }
@@ -159,12 +168,6 @@ impl SmtpSink {
     pub fn peak_sessions(&self) -> usize {
         self.sessions.lock().expect("sessions lock").1
     }
-
-    /// Stops the sink and its open sessions, and returns once its port is free again.
-    pub async fn stop(mut self) {
-        self.task.abort();
-        let _ = (&mut self.task).await;
-    }
 }
 
 /// How a sink answers.
@@ -174,7 +177,7 @@ struct Behaviour {
     /// Each message is answered once a permit is taken from it.
     gate: Option<Arc<Semaphore>>,
     /// `MAIL FROM` is refused (550 5.7.1).
-    refuse_sender: bool,
+    refuse_sender: AtomicBool,
 }
 
 impl Behaviour {
@@ -182,7 +185,7 @@ impl Behaviour {
         Behaviour {
             refused: refused.iter().map(|r| r.to_string()).collect(),
             gate: None,
-            refuse_sender: false,
+            refuse_sender: AtomicBool::new(false),
         }
     }
 }
@@ -216,7 +219,7 @@ async fn session(
             to.clear();
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("MAIL FROM:") {
-            if behaviour.refuse_sender {
+            if behaviour.refuse_sender.load(Ordering::Relaxed) {
                 write
                     .write_all(b"550 5.7.1 sender address not authorized\r\n")
                     .await?;
