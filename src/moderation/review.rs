@@ -148,6 +148,29 @@ pub struct Reviewed {
     pub invites_changed: u64,
 }
 
+/// Locks the sender's row for the caller's transaction and answers its state, when its version
+/// is still the one the admin's page showed.
+async fn lock_at(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sender: &SenderKey,
+    seen_version: i64,
+) -> Result<String, ReviewError> {
+    let current: Option<(String, i64)> = sqlx::query_as(
+        "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((state, version)) = current else {
+        return Err(ReviewError::NotFound(sender.id.clone()));
+    };
+    if version != seen_version {
+        return Err(ReviewError::Stale { state, version });
+    }
+    Ok(state)
+}
+
 /// Applies a review in one transaction; a lift then clears the sender's counters of the rules
 /// it tripped, so the released invites and the next ones do not trip them again at once.
 pub async fn apply(
@@ -159,19 +182,7 @@ pub async fn apply(
 ) -> Result<Reviewed, ReviewError> {
     let mut tx = pool.begin().await?;
     let sender = review.sender;
-    let current: Option<(String, i64)> = sqlx::query_as(
-        "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
-    )
-    .bind(sender.app_id)
-    .bind(&sender.id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((state, version)) = current else {
-        return Err(ReviewError::NotFound(sender.id.clone()));
-    };
-    if version != review.seen_version {
-        return Err(ReviewError::Stale { state, version });
-    }
+    let state = lock_at(&mut tx, sender, review.seen_version).await?;
     let new_state = match review.action.new_state() {
         Some(s) => s,
         None => state.parse().unwrap_or(SenderState::Active),
@@ -308,19 +319,7 @@ pub async fn decide_invite(
     admin_id: Option<i64>,
 ) -> Result<bool, ReviewError> {
     let mut tx = pool.begin().await?;
-    let current: Option<(String, i64)> = sqlx::query_as(
-        "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
-    )
-    .bind(sender.app_id)
-    .bind(&sender.id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((state, version)) = current else {
-        return Err(ReviewError::NotFound(sender.id.clone()));
-    };
-    if version != seen_version {
-        return Err(ReviewError::Stale { state, version });
-    }
+    lock_at(&mut tx, sender, seen_version).await?;
     let changed = sqlx::query(
         "UPDATE invites SET status = $3,
              next_attempt_at = CASE WHEN $3 = 'queued' THEN now() END
