@@ -145,8 +145,10 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_DB_WRITERS", default_value_t = 1)]
     pub db_writers: usize,
 
-    /// Delivery attempts before an invite is marked failed.
-    #[arg(long, env = "SENDGUARD_MAIL_MAX_ATTEMPTS", default_value_t = 8)]
+    /// Delivery attempts before an invite is marked failed. With the default base, sixteen
+    /// attempts span about 2.5 to 5 hours (the wait doubles up to an hour): a mail server's
+    /// outage, or a relay set-up being fixed, fails no invite in that time.
+    #[arg(long, env = "SENDGUARD_MAIL_MAX_ATTEMPTS", default_value_t = 16)]
     pub mail_max_attempts: i32,
 
     /// First retry delay in milliseconds; it doubles with each attempt (with jitter).
