@@ -87,7 +87,9 @@ fn token_hash(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-fn valid_username(name: &str) -> bool {
+/// A name an account may have: 1 to 64 ASCII letters, digits, `_`, `.` or `-`, and not the
+/// name reserved for the service's own entries in the audit log.
+pub fn valid_username(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .chars()

@@ -252,7 +252,9 @@ enum Throttle {
     Locked { retry_after_secs: u64 },
 }
 
-/// The limiter's two counts of login attempts: per (name, client address) and per name.
+/// The limiter's two counts of login attempts: per (name, client address) and per name. Names
+/// that are no admin's are counted as one, so that guessing with a new name each time escapes
+/// no count, and keys carry the admin's id, never the caller's text.
 struct LoginCounts {
     quota_pair: Quota,
     quota_name: Quota,
@@ -261,12 +263,12 @@ struct LoginCounts {
 }
 
 impl LoginCounts {
-    fn new(dashboard: &Dashboard, username: &str, client: &ClientAddr) -> Self {
+    fn new(dashboard: &Dashboard, admin_id: Option<i64>, client: &ClientAddr) -> Self {
         let algorithm = Algorithm::HashCounters(EdgeMode::Harsh);
         let quota_pair = Quota::new(PAIR_ATTEMPTS, WINDOW_SECS, algorithm);
         // The ceiling keeps counting past its limit: an attack that goes on stays on record.
         let quota_name = Quota::new(NAME_CEILING, WINDOW_SECS, algorithm).counting_over_limit();
-        let name = username.to_lowercase();
+        let name = admin_id.map_or_else(|| "unknown".to_owned(), |id| format!("#{id}"));
         LoginCounts {
             pair: dashboard.keys.key(
                 &format!("admin-login:{name}:{}", client.0),
@@ -335,7 +337,13 @@ pub async fn log_in(
     if expected.is_empty() || !accounts::same_secret(expected, &form.csrf) {
         return Err(AdminError::Csrf);
     }
-    let counts = LoginCounts::new(&dashboard, &form.username, &client);
+    // A name no account could have is no admin's, and costs no query.
+    let candidate = if accounts::valid_username(&form.username) {
+        accounts::candidate(&dashboard.pool, &form.username).await?
+    } else {
+        None
+    };
+    let counts = LoginCounts::new(&dashboard, candidate.as_ref().map(|c| c.id), &client);
     let checks = [
         Check::new(&counts.pair, &counts.quota_pair, 1),
         Check::new(&counts.name, &counts.quota_name, 1),
@@ -349,7 +357,6 @@ pub async fn log_in(
             StatusCode::SERVICE_UNAVAILABLE,
         ));
     };
-    let candidate = accounts::candidate(&dashboard.pool, &form.username).await?;
     let attempt = Attempt {
         // A name that is no admin's is the caller's text: it is not written to the log.
         actor: if candidate.is_some() {

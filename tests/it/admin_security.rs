@@ -388,3 +388,60 @@ async fn links_forms_and_notices_cannot_be_forged_through_ids() {
     let (status, _) = get("/admin/queue?page=99999999999999".into()).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// Guessing with a new name each time, as long as the form allows, escapes no count and fills
+/// no memory: attempts at names that are no admin's share one count per address, so the
+/// eleventh from one address is refused, and Redis holds the same few keys however many names
+/// were tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_login_names_are_counted_together_and_keep_no_keys_of_their_own() {
+    let prefix = crate::support::unique_prefix("rotate");
+    let key_prefix = prefix.as_str().to_owned();
+    let stage = Stage::start_with("rotate", &[], |cfg| cfg.key_prefix = key_prefix).await;
+    accounts::add(&stage.pool, "alice", PASSWORD, Role::Admin, "test")
+        .await
+        .expect("admin");
+    let base = stage.base();
+    let attacker = client_from("127.0.0.1");
+    let mut csrf = dashboard::login_form(&attacker, &base).await;
+    let mut refused = 0;
+    for n in 0..20 {
+        // Half of them a name far longer than any account's.
+        let name = if n % 2 == 0 {
+            format!("{}{n}", "x".repeat(4000))
+        } else {
+            format!("nobody{n}")
+        };
+        let resp = attacker
+            .post(format!("{base}/admin/login"))
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("username", name.as_str()),
+                ("password", "guess"),
+            ])
+            .send()
+            .await
+            .expect("answer");
+        match resp.status() {
+            StatusCode::UNAUTHORIZED => {}
+            StatusCode::TOO_MANY_REQUESTS => refused += 1,
+            other => panic!("unexpected answer {other} to attempt {n}"),
+        }
+        // Each answer is the form again, with the token for the next attempt.
+        csrf = hidden(&resp.text().await.expect("form"), "csrf");
+    }
+    assert_eq!(
+        refused, 10,
+        "attempts at unknown names were not counted together"
+    );
+    let store = crate::support::redis_store().await;
+    let keys: Vec<String> = crate::support::query(
+        &store,
+        redis::cmd("KEYS").arg(format!("{}:*admin-login*", prefix.as_str())),
+    )
+    .await;
+    assert!(keys.len() <= 2, "{} keys: {keys:?}", keys.len());
+    // The admin is not locked out by them from another address.
+    let admin = dashboard::log_in(&client_from("127.0.0.5"), &base, "alice", PASSWORD).await;
+    assert_eq!(admin.status(), StatusCode::SEE_OTHER);
+}
