@@ -145,7 +145,23 @@ pub fn validate(input: &RuleInput) -> Result<ValidRule, Box<FieldErrors>> {
             None
         }
     };
-    let action = Action::from_str(input.action.trim()).map_err(|e| errors.rule_action = Some(e));
+    let mut action =
+        Action::from_str(input.action.trim()).map_err(|e| errors.rule_action = Some(e));
+    // Bounces and complaints of a recipient, a domain, an address or everyone can be run up by
+    // a third party (a mailbox that refuses, reports through its own links); flagging on them
+    // would ban whoever sends there next. Only a sender's own outcomes may flag it.
+    if let (Ok(scope), Ok(signal), Ok(a)) = (&scope, &signal, &action)
+        && signal.is_outcome()
+        && a.flags()
+        && *scope != Scope::Sender
+    {
+        errors.rule_action = Some(format!(
+            "bounces and complaints counted by {} can be run up by others: only a sender's own \
+             may shadow-ban or hold; choose suppress, reject or monitor",
+            scope.as_str()
+        ));
+        action = Err(());
+    }
     match (scope, signal, limit, window, algorithm, action) {
         (Ok(scope), Ok(signal), Some(limit), Some(window), Ok(algorithm), Ok(action))
             if name_ok =>
@@ -340,6 +356,22 @@ mod tests {
             rule.quota.count_over_limit,
             "shadow-ban rules count past the limit"
         );
+    }
+
+    #[test]
+    fn only_a_senders_own_outcomes_may_flag_it() {
+        for scope in ["recipient", "recipient_domain", "ip", "global"] {
+            let mut rule = input();
+            rule.scope = scope.into();
+            rule.signal = "complaints".into();
+            let errors = validate(&rule).expect_err("a third party could run it up");
+            assert!(errors.rule_action.is_some(), "{scope}");
+            rule.action = "suppress".into();
+            assert!(validate(&rule).is_ok(), "{scope} may suppress");
+        }
+        let mut own = input();
+        own.signal = "bounces".into();
+        assert!(validate(&own).is_ok(), "a sender's own bounces may flag it");
     }
 
     #[test]
