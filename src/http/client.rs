@@ -18,13 +18,16 @@ impl TrustedProxies {
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
         self.0.iter().any(|net| net.contains(&ip))
     }
 
     /// The client behind `peer`: walking `X-Forwarded-For` from the right, each hop is believed
-    /// only while the one that reported it is a trusted proxy.
+    /// only while the one that reported it is a trusted proxy. An IPv4 address written as IPv6
+    /// (`::ffff:10.0.0.1`, as a dual-stack listener sees IPv4 peers) is taken as the IPv4 one,
+    /// so that it matches IPv4 proxies and counts with the same address written plainly.
     pub fn client(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
-        let mut client = peer;
+        let mut client = peer.to_canonical();
         let hops = forwarded_for
             .iter()
             .flat_map(|v| v.split(','))
@@ -35,7 +38,7 @@ impl TrustedProxies {
                 break;
             }
             match hop.parse::<IpAddr>() {
-                Ok(ip) => client = ip,
+                Ok(ip) => client = ip.to_canonical(),
                 Err(_) => break,
             }
         }
@@ -109,6 +112,22 @@ mod tests {
         assert_eq!(
             TrustedProxies::default().client(ip("10.2.2.2"), &xff),
             ip("10.2.2.2")
+        );
+    }
+
+    #[test]
+    fn ipv4_written_as_ipv6_is_the_ipv4_address() {
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().expect("net")]);
+        // A dual-stack listener sees the IPv4 proxy as ::ffff:10.1.2.3.
+        let mapped = ip("::ffff:10.1.2.3");
+        assert_eq!(proxies.client(mapped, &["203.0.113.9"]), ip("203.0.113.9"));
+        assert_eq!(
+            proxies.client(ip("10.1.2.3"), &["::ffff:203.0.113.9"]),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            proxies.client(ip("::ffff:198.51.100.7"), &[]),
+            ip("198.51.100.7")
         );
     }
 
