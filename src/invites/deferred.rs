@@ -51,10 +51,8 @@ impl InviteService {
                 Err(e) => return Err(e),
             }
         }
-        let mut senders: Vec<&SenderKey> = answered.iter().map(|(_, s, _)| s).collect();
-        senders.sort();
-        senders.dedup();
-        let mut states = store::lock_senders(&mut tx, &senders).await?;
+        let locked = answered.iter().map(|(_, sender, _)| sender);
+        let mut states = store::lock_senders(&mut tx, locked).await?;
         for (row, sender, answers) in &answered {
             let state = states.get(sender).copied().unwrap_or(SenderState::Active);
             let d = answers.verdict(state);

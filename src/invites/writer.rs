@@ -16,7 +16,6 @@ use crate::batch::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::mail::{Handoff, Outgoing, Slot};
 use crate::moderation::SenderState;
-use crate::sender::SenderKey;
 
 /// The most invites one transaction writes.
 pub const MAX_BATCH: usize = 256;
@@ -112,10 +111,7 @@ async fn commit(
     // Flagging invites lock their senders one by one, after the batch statement: the senders
     // of the whole batch are locked first, in key order, so that two instances' batches never
     // wait on each other in a circle.
-    let mut senders: Vec<&SenderKey> = batch.iter().map(|job| &job.new.sender).collect();
-    senders.sort();
-    senders.dedup();
-    store::lock_senders(&mut tx, &senders).await?;
+    store::lock_senders(&mut tx, batch.iter().map(|job| &job.new.sender)).await?;
     let written = if rows.is_empty() {
         Vec::new()
     } else {

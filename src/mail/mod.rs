@@ -1,23 +1,20 @@
-//! Delivery: the transport chosen at startup (SMTP through lettre, or .eml files) and the
+//! Delivery: the transport chosen at startup ([`transport`]) and the
 //! outbox worker that sends what the writer hands over ([`handoff`]) and claims the other
 //! queued invites; the email itself is [`render`].
 
 mod handoff;
 mod render;
+mod transport;
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use lettre::message::Mailbox;
-use lettre::transport::smtp::PoolConfig;
-use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use rand::Rng;
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -32,127 +29,7 @@ use crate::recipients::{LinkKey, Purpose};
 use handoff::Handed;
 pub use handoff::{Handoff, Slot};
 use render::{Content, Envelope};
-
-#[derive(Debug, thiserror::Error)]
-pub enum MailError {
-    #[error("invalid SENDGUARD_SMTP_URL: {0}")]
-    SmtpUrl(String),
-    #[error("invalid SENDGUARD_MAIL_FROM `{0}`")]
-    From(String),
-    #[error("cannot create the mail directory {0}: {1}")]
-    MailDir(PathBuf, std::io::Error),
-    #[error("building the message: {0}")]
-    Build(String),
-    #[error("smtp: {0}")]
-    Smtp(#[from] lettre::transport::smtp::Error),
-    #[error("writing the message: {0}")]
-    File(#[from] lettre::transport::file::Error),
-    #[error("the invite's app: {0}")]
-    App(String),
-}
-
-impl MailError {
-    /// The mail server refused the recipient for good: a bounce of the invite, counted against
-    /// its sender. Only a refusal of the recipient's address or mailbox is one: an enhanced
-    /// status (RFC 3463) of `5.1.1`, `5.1.2`, `5.1.3`, `5.1.6`, `5.1.10` or `5.2.1`, or without
-    /// one a `550`, `551` or `553`. Every other 5xx is about the sender's address, the relay's
-    /// set-up (`535` for its credentials, `550 5.7.1` for a sending address it does not accept)
-    /// or the message, and says nothing about the recipient.
-    fn is_refusal(&self) -> bool {
-        let MailError::Smtp(e) = self else {
-            return false;
-        };
-        let Some(code) = e.status().filter(|_| e.is_permanent()) else {
-            return false;
-        };
-        let text = std::error::Error::source(e).map(ToString::to_string);
-        refuses_recipient(&code.to_string(), text.as_deref().unwrap_or_default())
-    }
-
-    /// An answer that no retry will change: a refused recipient, a message that cannot be
-    /// built. The relay's other refusals are retried and raise the SMTP incident, as an outage
-    /// does, for `SENDGUARD_MAIL_MAX_ATTEMPTS`: an operator can fix a setting in that time.
-    fn is_permanent(&self) -> bool {
-        match self {
-            MailError::Smtp(_) => self.is_refusal(),
-            MailError::Build(_) | MailError::From(_) => true,
-            _ => false,
-        }
-    }
-}
-
-/// Whether a permanent reply (`code`, then `text`) refuses the recipient's address or mailbox.
-fn refuses_recipient(code: &str, text: &str) -> bool {
-    match enhanced_status(text) {
-        Some(status) => matches!(status, (1, 1 | 2 | 3 | 6 | 10) | (2, 1)),
-        None => matches!(code, "550" | "551" | "553"),
-    }
-}
-
-/// The subject and detail of the enhanced status code (`5.1.1`) in a reply's text: the first
-/// word that is one, as RFC 2034 puts it first, or as some servers write it later (`(#5.7.1)`).
-fn enhanced_status(text: &str) -> Option<(u16, u16)> {
-    text.split_whitespace().find_map(|word| {
-        let mut parts = word.trim_matches(['(', ')', '#', ',', ';']).split('.');
-        let class = parts.next()?;
-        let subject = parts.next()?.parse().ok()?;
-        let detail = parts.next()?.parse().ok()?;
-        (matches!(class, "2" | "4" | "5") && parts.next().is_none()).then_some((subject, detail))
-    })
-}
-
-/// Where messages go, chosen once at startup.
-#[derive(Clone)]
-pub enum Transport {
-    /// With one permit per send at once: lettre's pool bounds only the connections it keeps
-    /// idle, so without them every send of a round would open a connection of its own (a
-    /// connection goes back to the pool in a task of its own, so for a moment after a send the
-    /// next one may still open another).
-    Smtp(AsyncSmtpTransport<Tokio1Executor>, Arc<Semaphore>),
-    File(AsyncFileTransport<Tokio1Executor>),
-}
-
-impl Transport {
-    /// SMTP when a URL is given (pooled connections), otherwise .eml files in `mail_dir`.
-    pub fn new(
-        smtp_url: Option<&str>,
-        connections: u32,
-        mail_dir: &std::path::Path,
-    ) -> Result<Self, MailError> {
-        match smtp_url {
-            Some(url) => {
-                let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-                    .map_err(|e| MailError::SmtpUrl(e.to_string()))?
-                    .timeout(Some(Duration::from_secs(10)))
-                    .pool_config(PoolConfig::new().max_size(connections))
-                    .build();
-                let permits = Arc::new(Semaphore::new(connections as usize));
-                Ok(Transport::Smtp(transport, permits))
-            }
-            None => {
-                std::fs::create_dir_all(mail_dir)
-                    .map_err(|e| MailError::MailDir(mail_dir.to_owned(), e))?;
-                Ok(Transport::File(AsyncFileTransport::new(mail_dir)))
-            }
-        }
-    }
-
-    /// Waits for a connection to send on; a file needs none.
-    async fn turn(&self) -> Option<OwnedSemaphorePermit> {
-        match self {
-            // The semaphore is never closed.
-            Transport::Smtp(_, permits) => permits.clone().acquire_owned().await.ok(),
-            Transport::File(_) => None,
-        }
-    }
-
-    async fn send(&self, message: Message) -> Result<(), MailError> {
-        match self {
-            Transport::Smtp(t, _) => t.send(message).await.map(drop).map_err(Into::into),
-            Transport::File(t) => t.send(message).await.map(drop).map_err(Into::into),
-        }
-    }
-}
+pub use transport::{MailError, Transport, parse_from};
 
 /// An invite as the outbox reads it.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -170,11 +47,6 @@ pub struct Outgoing {
     pub created_at: DateTime<Utc>,
     /// The recipient asked the app for no more invitations: suppressed, not sent.
     pub unsubscribed: bool,
-}
-
-/// Parses `SENDGUARD_MAIL_FROM`.
-pub fn parse_from(from: &str) -> Result<Mailbox, MailError> {
-    from.parse().map_err(|_| MailError::From(from.to_owned()))
 }
 
 #[derive(Clone)]
@@ -599,48 +471,6 @@ fn backoff(base: Duration, attempts: i32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn enhanced_status_codes_are_read_from_the_start_of_a_reply() {
-        assert_eq!(enhanced_status("5.1.1 no such user"), Some((1, 1)));
-        assert_eq!(enhanced_status("5.7.1 sender not authorized"), Some((7, 1)));
-        assert_eq!(enhanced_status("4.2.2 mailbox full"), Some((2, 2)));
-        assert_eq!(enhanced_status("no such user"), None);
-        assert_eq!(enhanced_status("5.1 short"), None);
-        assert_eq!(
-            enhanced_status("sorry, that domain isn't allowed (#5.7.1)"),
-            Some((7, 1))
-        );
-        assert_eq!(enhanced_status("1.2.3.4 looks like an address"), None);
-        assert_eq!(enhanced_status(""), None);
-    }
-
-    #[test]
-    fn only_a_refused_recipient_is_a_bounce() {
-        for (code, text, bounce) in [
-            ("550", "5.1.1 user unknown", true),
-            ("553", "5.1.3 bad recipient address syntax", true),
-            ("550", "5.2.1 mailbox disabled", true),
-            ("550", "no such user", true),
-            ("550", "5.7.1 relaying denied", false),
-            ("535", "5.7.8 authentication failed", false),
-            (
-                "553",
-                "5.1.8 sender address rejected: domain not found",
-                false,
-            ),
-            (
-                "553",
-                "sorry, that domain isn't in my list of allowed rcpthosts (#5.7.1)",
-                false,
-            ),
-            ("554", "5.7.1 message rejected as spam", false),
-            ("552", "5.2.2 mailbox full", false),
-            ("554", "transaction failed", false),
-        ] {
-            assert_eq!(refuses_recipient(code, text), bounce, "{code} {text}");
-        }
-    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

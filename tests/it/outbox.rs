@@ -203,16 +203,7 @@ async fn a_round_marks_what_it_sent_even_when_recording_a_failure_fails() {
     let mut cfg = config(&db, Some(sink.url()));
     cfg.mail_lease_secs = 1;
     let app = sendguard::start(&cfg).await.expect("start");
-    let marked = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, String>(
-            "SELECT status FROM invites WHERE recipient = 'accepted@example.com'",
-        )
-        .fetch_one(&pool)
-        .await
-        .expect("status")
-            == "sent"
-    })
-    .await;
+    let marked = becomes(&pool, "accepted@example.com", "sent", 10).await;
     // Past the lease, an invite sent and left unmarked would be claimed and sent again.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let to_accepted = sink
@@ -235,18 +226,12 @@ async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
     queue(&pool, key_id, &["refused@example.com"]).await;
     let gate = Arc::new(Semaphore::new(0));
     let sink = SmtpSink::start_holding(&["refused@example.com"], gate.clone()).await;
+    // The default lease, a minute, outlasts the test: no renewal replaces the lost connection
+    // before the mark does. One attempt fails the refusal at once.
     let mut cfg = config(&db, Some(sink.url()));
-    // A lease far longer than the test, so that no renewal replaces the lost connection first.
     cfg.mail_max_attempts = 1;
     let app = sendguard::start(&cfg).await.expect("start");
-    let failed = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, String>("SELECT status FROM invites")
-            .fetch_one(&pool)
-            .await
-            .expect("status")
-            == "failed"
-    })
-    .await;
+    let failed = becomes(&pool, "refused@example.com", "failed", 10).await;
     assert!(failed, "the refusal was not recorded");
     queue(&pool, key_id, &["lost@example.com"]).await;
     let received = wait_for(Duration::from_secs(10), || async {
@@ -270,16 +255,7 @@ async fn a_send_is_marked_when_the_outbox_lost_its_connection_during_it() {
     .await;
     assert!(ended, "the outbox's connections did not end");
     gate.add_permits(10);
-    let marked = wait_for(Duration::from_secs(5), || async {
-        sqlx::query_scalar::<_, String>(
-            "SELECT status FROM invites WHERE recipient = 'lost@example.com'",
-        )
-        .fetch_one(&pool)
-        .await
-        .expect("status")
-            == "sent"
-    })
-    .await;
+    let marked = becomes(&pool, "lost@example.com", "sent", 5).await;
     // An invite sent and left unmarked would be claimed and sent again once its lease ran out.
     sqlx::query(
         "UPDATE invites SET claimed_until = now() - interval '1 second', next_attempt_at = now()
@@ -314,14 +290,7 @@ async fn a_slow_send_keeps_its_claim_from_another_instance() {
     // The mail server holds its answer for two and a half leases while both outboxes claim.
     tokio::time::sleep(Duration::from_secs(5)).await;
     gate.add_permits(10);
-    let marked = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, String>("SELECT status FROM invites")
-            .fetch_one(&pool)
-            .await
-            .expect("status")
-            == "sent"
-    })
-    .await;
+    let marked = becomes(&pool, "slow@example.com", "sent", 10).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(sink.messages().len(), 1, "another instance sent it again");
     assert!(marked, "the sent invite was not marked sent");
@@ -366,6 +335,19 @@ async fn a_round_uses_no_more_smtp_connections_than_configured() {
     assert_eq!(sink.messages().len(), INVITES);
     app.shutdown().await;
     drop(key);
+}
+
+/// Waits up to `secs` seconds for the invite to `recipient` to reach `status`.
+async fn becomes(pool: &sqlx::PgPool, recipient: &str, status: &str, secs: u64) -> bool {
+    wait_for(Duration::from_secs(secs), || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE recipient = $1")
+            .bind(recipient)
+            .fetch_one(pool)
+            .await
+            .expect("status")
+            == status
+    })
+    .await
 }
 
 async fn key_id(pool: &sqlx::PgPool) -> i64 {

@@ -16,7 +16,8 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::policy::{Breach, DecisionRecord, Status};
+use super::decision::DecisionRecord;
+use super::policy::{Breach, Status};
 use super::validate::ValidInvite;
 use crate::moderation::{self, Flag, SenderState, Standing};
 use crate::rules::Action;
@@ -79,12 +80,16 @@ impl Assumed {
     }
 }
 
-/// Locks the rows of these senders (those that exist), in the order given, and answers their
-/// states as locked.
+/// Locks the rows of these senders (those that exist) in key order, bytewise as the batch
+/// statement orders them, so that two transactions locking senders never wait on each other
+/// in a circle; answers their states as locked.
 pub async fn lock_senders(
     conn: &mut PgConnection,
-    senders: &[&SenderKey],
+    senders: impl IntoIterator<Item = &SenderKey>,
 ) -> Result<HashMap<SenderKey, SenderState>, sqlx::Error> {
+    let mut senders: Vec<&SenderKey> = senders.into_iter().collect();
+    senders.sort();
+    senders.dedup();
     let rows: Vec<(i64, String, String)> = sqlx::query_as(
         "SELECT s.app_id, s.id, s.state
          FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
