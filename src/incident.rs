@@ -26,10 +26,12 @@ impl Incident {
         }
     }
 
-    /// A call succeeded: logs when this ends an outage.
-    pub fn recovered(&self) {
-        if self.down.swap(false, Ordering::Relaxed) {
+    /// A call succeeded: logs when this ends an outage, and says whether it did.
+    pub fn recovered(&self) -> bool {
+        let ended = self.down.swap(false, Ordering::Relaxed);
+        if ended {
             tracing::info!(dependency = self.dependency, "dependency answers again");
         }
+        ended
     }
 }

@@ -113,6 +113,12 @@ const RENEW: &str = "UPDATE invites SET claimed_until = now() + make_interval(se
          next_attempt_at = now() + make_interval(secs => $5)
      WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
 
+/// Makes due now the invites waiting for another attempt after a failed one, when the mail
+/// server answers again: their backoff was sized for the outage, which is over.
+const WAKE: &str = "UPDATE invites SET next_attempt_at = now()
+     WHERE status = 'queued' AND next_attempt_at > now() AND claimed_by IS NULL
+       AND last_error IS NOT NULL";
+
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
 const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL,
          next_attempt_at = now()
@@ -300,9 +306,12 @@ impl Outbox {
         // stays the same).
         let mut marked = Ok(());
         if !sent.is_empty() {
-            self.smtp.recovered();
+            let outage_ended = self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             marked = self.settle(MARK_SENT, &sent).await;
+            if outage_ended {
+                self.wake().await;
+            }
         }
         // Each failure is recorded whatever happened to the others: one not recorded is tried
         // again after its lease, without its attempt counted.
@@ -392,6 +401,22 @@ impl Outbox {
                 tracing::warn!(error = %e, "marking a round failed; trying again");
                 once().await
             }
+        }
+    }
+
+    /// After an outage of the mail server, sends at once what waits for another attempt: with
+    /// backoff doubling up to an hour, an invite that failed during a long outage would
+    /// otherwise wait up to that long after it. A failure is only logged: the invites keep
+    /// their backoff.
+    async fn wake(&self) {
+        match sqlx::query(WAKE).execute(self.db.pool()).await {
+            Ok(done) => {
+                tracing::info!(
+                    invites = done.rows_affected(),
+                    "the mail server answers again; retrying what waits"
+                )
+            }
+            Err(e) => tracing::warn!(error = %e, "invites waiting for a retry were not woken"),
         }
     }
 

@@ -152,21 +152,20 @@ async fn without_smtp_messages_are_written_as_eml_files() {
     let app = sendguard::start(&cfg).await.expect("start");
     let key = api_key(&pool).await;
     send_invite(app.addr, &key, "f", "file@example.com").await;
-    let written = wait_for(Duration::from_secs(10), || async {
-        std::fs::read_dir(&dir).is_ok_and(|d| d.count() == 1)
-    })
-    .await;
-    assert!(written, "no .eml file in {}", dir.display());
-    let entry = std::fs::read_dir(&dir)
-        .expect("dir")
-        .next()
-        .expect("one file")
-        .expect("entry");
-    assert_eq!(
-        entry.path().extension().and_then(|e| e.to_str()),
-        Some("eml")
-    );
-    let raw = std::fs::read_to_string(entry.path()).expect("read eml");
+    // The transport writes the file in place: it is read once its last line is there.
+    let eml = |dir: &std::path::Path| {
+        let entries: Vec<_> = std::fs::read_dir(dir).ok()?.collect();
+        let [Ok(entry)] = &entries[..] else {
+            return None;
+        };
+        let raw = std::fs::read_to_string(entry.path()).ok()?;
+        raw.contains("They shared: \"doc_42\"")
+            .then(|| (entry.path(), raw))
+    };
+    let written = wait_for(Duration::from_secs(10), || async { eml(&dir).is_some() }).await;
+    assert!(written, "no complete .eml file in {}", dir.display());
+    let (path, raw) = eml(&dir).expect("the file just read");
+    assert_eq!(path.extension().and_then(|e| e.to_str()), Some("eml"));
     assert!(raw.contains("To: file@example.com"), "{raw}");
     // The default app names no product; the resource stays in the body.
     assert!(raw.contains("Subject: Bo sent you an invitation"), "{raw}");
@@ -335,6 +334,37 @@ async fn a_round_uses_no_more_smtp_connections_than_configured() {
     assert_eq!(sink.messages().len(), INVITES);
     app.shutdown().await;
     drop(key);
+}
+
+/// An invite that failed while the mail server was down is sent as soon as another send shows
+/// the server back, not when its backoff (here at least 30 s) runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invites_waiting_out_an_smtp_outage_are_sent_when_it_ends() {
+    let (db, pool) = migrated("smtpback", &[]).await;
+    let port = crate::support::free_port();
+    let mut cfg = config(&db, Some(format!("smtp://127.0.0.1:{port}")));
+    cfg.mail_retry_base_ms = 60_000;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let key = api_key(&pool).await;
+    send_invite(app.addr, &key, "w", "waiting@example.com").await;
+    let tried = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i32>("SELECT attempts FROM invites")
+            .fetch_one(&pool)
+            .await
+            .expect("attempts")
+            == 1
+    })
+    .await;
+    assert!(tried, "the first attempt did not fail");
+    let sink = SmtpSink::start_on(port).await;
+    send_invite(app.addr, &key, "w", "fresh@example.com").await;
+    assert!(becomes(&pool, "fresh@example.com", "sent", 10).await);
+    assert!(
+        becomes(&pool, "waiting@example.com", "sent", 10).await,
+        "the invite waiting since the outage was not retried when it ended"
+    );
+    assert_eq!(sink.messages().len(), 2);
+    app.shutdown().await;
 }
 
 /// Waits up to `secs` seconds for the invite to `recipient` to reach `status`.
