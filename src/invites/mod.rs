@@ -368,7 +368,7 @@ impl InviteService {
             })
             .collect();
         // What this invite adds to each rule's count, and the member a distinct count counts.
-        let adds: Vec<(u64, Option<u64>)> = rules
+        let adds: Vec<(u64, Option<u32>)> = rules
             .iter()
             .map(|rule| match rule.signal {
                 Signal::Invites => (1, None),

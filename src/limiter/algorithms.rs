@@ -47,7 +47,7 @@ impl State {
         &mut self,
         q: &Quota,
         cost: u64,
-        member: Option<u64>,
+        member: Option<u32>,
         now_ms: u64,
     ) -> Decision {
         let decision = match (self, q.algorithm) {

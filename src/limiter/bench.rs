@@ -54,9 +54,9 @@ const DISTINCT_LIMIT: u64 = 100;
 const HLL_SCRIPT: &str = include_str!("lua/distinct_hll.lua");
 
 /// The member a bench decision counts: one of the sender's recipients, spread over the whole
-/// u64 range as a hashed address is (the golden-ratio multiplier).
-fn bench_member(n: u64) -> u64 {
-    (n % DISTINCT_LIMIT + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+/// u32 range as a hashed address is (the golden-ratio multiplier).
+fn bench_member(n: u64) -> u32 {
+    (n % DISTINCT_LIMIT + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) as u32
 }
 
 /// PING and decisions take turns in rounds this long: on a shared machine the speed of both

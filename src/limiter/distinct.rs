@@ -19,14 +19,14 @@ pub const MAX_DISTINCT_LIMIT: u64 = 4000;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Distinct {
     /// Members by the sub-window they were last seen in.
-    members: HashMap<u64, i64>,
+    members: HashMap<u32, i64>,
     /// The newest sub-window; `None` while the key does not exist.
     head: Option<i64>,
 }
 
 impl Distinct {
     /// Counts `member` at `now_ms` (a cost of 0 only reads) and answers.
-    pub fn decide(&mut self, q: &Quota, member: u64, cost: u64, now_ms: u64) -> Decision {
+    pub fn decide(&mut self, q: &Quota, member: u32, cost: u64, now_ms: u64) -> Decision {
         let w = q.window_ms as i64;
         let limit = q.limit;
         let mut a = now_ms as i64 * SUB_WINDOWS as i64;
@@ -110,7 +110,7 @@ mod tests {
         let q = quota(3, true);
         let mut d = Distinct::default();
         for n in 0..150u64 {
-            let got = d.decide(&q, n % 3, 1, 1_000_000 + n * 1000);
+            let got = d.decide(&q, (n % 3) as u32, 1, 1_000_000 + n * 1000);
             assert!(got.allowed, "invite {n}");
             assert_eq!(got.count, (n + 1).min(3));
         }
@@ -124,7 +124,7 @@ mod tests {
         let q = quota(5, true);
         let mut d = Distinct::default();
         for n in 0..1000u64 {
-            d.decide(&q, n, 1, 10_000 + n);
+            d.decide(&q, n as u32, 1, 10_000 + n);
         }
         assert_eq!(d.members.len(), 6, "limit + 1 members at most");
         // An hour and a minute later every sighting has left the window.

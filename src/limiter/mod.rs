@@ -77,7 +77,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sw",
             Algorithm::TokenBucket { .. } => "tb",
             Algorithm::SlidingLog => "sl",
-            Algorithm::Distinct => "dx",
+            Algorithm::Distinct => "de",
         }
     }
 }
@@ -217,7 +217,7 @@ pub struct Check<'a> {
     pub quota: &'a Quota,
     pub cost: u64,
     /// What a distinct count counts (a hash of the recipient or domain); `None` elsewhere.
-    pub member: Option<u64>,
+    pub member: Option<u32>,
 }
 
 impl<'a> Check<'a> {

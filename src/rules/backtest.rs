@@ -95,7 +95,7 @@ impl Replayed {
     }
 
     /// What the invite adds to a rule of `signal`, and the member a distinct count counts.
-    fn cost(&self, signal: Signal) -> (u64, Option<u64>) {
+    fn cost(&self, signal: Signal) -> (u64, Option<u32>) {
         match signal {
             Signal::Invites => (1, None),
             Signal::Links => (u64::from(self.has_links()), None),
@@ -161,7 +161,7 @@ pub async fn backtest(
     };
 
     // Every event the rule counts, in time order: invites, and outcomes for outcome signals.
-    let mut events: Vec<(Time, String, u64, Option<u64>, bool)> = Vec::new();
+    let mut events: Vec<(Time, String, u64, Option<u32>, bool)> = Vec::new();
     for r in &rows {
         let sender = r.sender();
         if rule.new_senders_only && !is_new(&sender, r.created_at) {
@@ -261,7 +261,7 @@ pub fn counts_at_invites(
 ) -> Vec<Option<u64>> {
     let window = chrono::Duration::milliseconds(rule.quota.window_ms as i64);
     // Every counted event (time, member): invites by the rule's signal, or outcomes.
-    let mut timeline: Vec<(Time, Option<u64>, bool, bool)> = Vec::new();
+    let mut timeline: Vec<(Time, Option<u32>, bool, bool)> = Vec::new();
     let outcome = rule.signal.is_outcome();
     for r in invites {
         let (cost, member) = r.cost(rule.signal);
@@ -275,8 +275,8 @@ pub fn counts_at_invites(
     }
     timeline.sort_by_key(|e| (e.0, !e.2));
     let distinct = rule.signal.is_distinct();
-    let mut live: VecDeque<(Time, u64)> = VecDeque::new();
-    let mut members: HashMap<u64, usize> = HashMap::new();
+    let mut live: VecDeque<(Time, u32)> = VecDeque::new();
+    let mut members: HashMap<u32, usize> = HashMap::new();
     let mut counts = Vec::with_capacity(invites.len());
     for (at, counted, is_invite, acts) in timeline {
         while let Some(&(t, m)) = live.front() {

@@ -200,7 +200,7 @@ fn distinct_rule() -> impl Strategy<Value = Quota> {
 
 /// (step in ms, which of a few members, cost 0 or 1): few members, so the same ones come back.
 /// Half the cases also step back in time.
-fn distinct_case() -> impl Strategy<Value = (Quota, u64, Vec<(i64, u64, u64)>)> {
+fn distinct_case() -> impl Strategy<Value = (Quota, u64, Vec<(i64, u32, u64)>)> {
     (distinct_rule(), any::<bool>()).prop_flat_map(|(quota, late)| {
         let w_ms = quota.window_ms as i64;
         let sub = w_ms / 60;
@@ -215,7 +215,7 @@ fn distinct_case() -> impl Strategy<Value = (Quota, u64, Vec<(i64, u64, u64)>)> 
         (
             Just(quota),
             0..quota.window_ms,
-            prop::collection::vec((step, 0u64..9, cost), 1..80),
+            prop::collection::vec((step, 0u32..9, cost), 1..80),
         )
     })
 }
@@ -223,9 +223,9 @@ fn distinct_case() -> impl Strategy<Value = (Quota, u64, Vec<(i64, u64, u64)>)> 
 /// The plainest reading of a distinct count, for time that moves forward: every admitted
 /// member with the sub-window it was last admitted in, counted while that is one of the last 61.
 fn distinct_reference(
-    seen: &mut std::collections::HashMap<u64, u64>,
+    seen: &mut std::collections::HashMap<u32, u64>,
     quota: &Quota,
-    member: u64,
+    member: u32,
     cost: u64,
     t: u64,
 ) -> (bool, u64) {
