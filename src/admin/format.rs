@@ -221,20 +221,7 @@ pub fn window(secs: i64) -> String {
 pub fn why(decision: &serde_json::Value) -> String {
     let exceeded: Vec<String> = decision["rules"]
         .as_array()
-        .map(|rules| {
-            rules
-                .iter()
-                .filter(|r| r["outcome"] == "exceeded")
-                .map(|r| {
-                    format!(
-                        "{} {}/{}",
-                        r["rule"].as_str().unwrap_or("?"),
-                        r["count"],
-                        r["limit"]
-                    )
-                })
-                .collect()
-        })
+        .map(|rules| rules.iter().filter_map(exceeded_rule).collect())
         .unwrap_or_default();
     if decision["suppressed"] == "unsubscribed" {
         return "the recipient unsubscribed from this app".into();
@@ -250,6 +237,22 @@ pub fn why(decision: &serde_json::Value) -> String {
         _ if exceeded.is_empty() => String::new(),
         _ => format!("exceeded {}", exceeded.join(", ")),
     }
+}
+
+/// `rule count/limit` of a rule of a decision record that was exceeded. A rule is the array
+/// `[rule, count, limit, window_secs, outcome]`; records written before 2026-11-26 name each
+/// field (`{"rule": …, "count": …}`) and are read until retention drops their week.
+fn exceeded_rule(rule: &serde_json::Value) -> Option<String> {
+    let (name, count, limit, outcome) = match rule {
+        serde_json::Value::Array(fields) => (&fields[0], &fields[1], &fields[2], &fields[4]),
+        named => (
+            &named["rule"],
+            &named["count"],
+            &named["limit"],
+            &named["outcome"],
+        ),
+    };
+    (outcome == "exceeded").then(|| format!("{} {count}/{limit}", name.as_str().unwrap_or("?")))
 }
 
 #[cfg(test)]
@@ -321,9 +324,17 @@ mod tests {
     #[test]
     fn why_names_the_exceeded_rules_or_the_state() {
         let held = json!({"reason": "rules", "rules": [
+            ["sender-hourly", 61, 60, 3600, "exceeded"],
+            ["ip-hourly", 2, 300, 3600, "ok"],
+            ["recipient-daily", 4, 3, 86400, "exceeded"]]});
+        assert_eq!(
+            why(&held),
+            "exceeded sender-hourly 61/60, recipient-daily 4/3"
+        );
+        let named = json!({"reason": "rules", "rules": [
             {"rule": "sender-hourly", "count": 61, "limit": 60, "outcome": "exceeded"},
             {"rule": "ip-hourly", "count": 2, "limit": 300, "outcome": "ok"}]});
-        assert_eq!(why(&held), "exceeded sender-hourly 61/60");
+        assert_eq!(why(&named), "exceeded sender-hourly 61/60");
         assert_eq!(
             why(&json!({"reason": "sender_shadow_banned"})),
             "sender was shadow-banned"

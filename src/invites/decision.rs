@@ -38,10 +38,12 @@ impl DecisionRecord {
     }
 }
 
-/// One rule of a [`DecisionRecord`]: what the verdict depended on. The rule's scope, signal
-/// and action are its definition (the rules table, its changes in the audit log); repeating
-/// them in every invite made the record two thirds of the row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One rule of a [`DecisionRecord`]: what the verdict depended on, stored as the array
+/// `[rule, count, limit, window_secs, outcome]`. The rule's scope, signal and action are its
+/// definition (the rules table, its changes in the audit log), not repeated in every invite.
+/// With each field named, the nine default rules' record was 1,217 bytes of a 1,392-byte row;
+/// as arrays it is 749.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuleOutcome {
     pub rule: String,
     pub count: u64,
@@ -49,6 +51,19 @@ pub struct RuleOutcome {
     pub window_secs: u64,
     /// `ok` or `exceeded`.
     pub outcome: &'static str,
+}
+
+impl Serialize for RuleOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (
+            &self.rule,
+            self.count,
+            self.limit,
+            self.window_secs,
+            self.outcome,
+        )
+            .serialize(serializer)
+    }
 }
 
 /// The record of the checked rules, with the strongest breached action.

@@ -347,11 +347,7 @@ mod tests {
                 json_of(&d.decision)["reason"],
                 format!("sender_{}", state.as_str())
             );
-            assert_eq!(
-                json_of(&d.decision)["rules"][0]["count"],
-                9,
-                "the count is kept"
-            );
+            assert_eq!(json_of(&d.decision)["rules"][0][1], 9, "the count is kept");
         }
     }
 
@@ -367,8 +363,8 @@ mod tests {
         assert_eq!(
             json_of(&record),
             json!({"reason": "rules", "action": "suppress", "rules": [
-                {"rule": "a", "count": 4, "limit": 3, "window_secs": 3600, "outcome": "exceeded"},
-                {"rule": "b", "count": 1, "limit": 10, "window_secs": 3600, "outcome": "ok"},
+                ["a", 4, 3, 3600, "exceeded"],
+                ["b", 1, 10, 3600, "ok"],
             ]})
         );
     }

@@ -109,9 +109,9 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
     // After the ban the sender's invites still went through the rules (same work, same timing)
     // and still counted: the seventh and eighth attempts are the 7th and 8th of the hour.
     let counts: Vec<i64> = sqlx::query_scalar(
-        "SELECT (r->>'count')::bigint FROM invites, jsonb_array_elements(decision->'rules') r
+        "SELECT (r->>1)::bigint FROM invites, jsonb_array_elements(decision->'rules') r
          WHERE sender_id = 'spammer' AND decision->>'reason' = 'sender_shadow_banned'
-           AND r->>'rule' = 'sender-hourly'
+           AND r->>0 = 'sender-hourly'
          ORDER BY 1",
     )
     .fetch_all(pool)
@@ -160,11 +160,12 @@ async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
         .as_array()
         .expect("rules")
         .iter()
-        .filter(|r| r["outcome"] == "exceeded")
+        .filter(|r| r[4] == "exceeded")
         .collect();
     assert_eq!(exceeded.len(), 1);
-    assert_eq!(exceeded[0]["rule"], "recipient-daily");
-    assert_eq!(exceeded[0]["count"], 3);
+    // [rule, count, limit, window_secs, outcome]
+    assert_eq!(exceeded[0][0], "recipient-daily");
+    assert_eq!(exceeded[0][1], 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
