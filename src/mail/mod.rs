@@ -6,6 +6,7 @@ mod handoff;
 mod render;
 mod transport;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -140,6 +141,9 @@ pub struct Outbox {
     /// Signs each email's unsubscribe and report links.
     links: LinkKey,
     smtp: Incident,
+    /// A send failed because the mail server could not be reached, and none has succeeded
+    /// since: the next one that does wakes what waits for a retry.
+    unreachable: AtomicBool,
     settings: OutboxSettings,
     worker_id: String,
     handoff: Handoff,
@@ -166,6 +170,7 @@ impl Outbox {
             apps,
             links,
             smtp: Incident::new("smtp"),
+            unreachable: AtomicBool::new(false),
             settings,
             worker_id,
             handoff,
@@ -306,10 +311,10 @@ impl Outbox {
         // stays the same).
         let mut marked = Ok(());
         if !sent.is_empty() {
-            let outage_ended = self.smtp.recovered();
+            self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             marked = self.settle(MARK_SENT, &sent).await;
-            if outage_ended {
+            if self.unreachable.swap(false, Ordering::Relaxed) {
                 self.wake().await;
             }
         }
@@ -404,10 +409,12 @@ impl Outbox {
         }
     }
 
-    /// After an outage of the mail server, sends at once what waits for another attempt: with
-    /// backoff doubling up to an hour, an invite that failed during a long outage would
-    /// otherwise wait up to that long after it. A failure is only logged: the invites keep
-    /// their backoff.
+    /// After the mail server could not be reached, sends at once what waits for another
+    /// attempt: with backoff doubling up to an hour, an invite that failed during a long outage
+    /// would otherwise wait up to that long after it. Only an unreachable server wakes them: a
+    /// relay that throttles answers some sends `451` while it takes others, and waking at each
+    /// of its successes would spend a deferred invite's attempts in seconds. A failure here is
+    /// only logged: the invites keep their backoff.
     async fn wake(&self) {
         match sqlx::query(WAKE).execute(self.db.pool()).await {
             Ok(done) => {
@@ -450,6 +457,9 @@ impl Outbox {
         }
         if !e.is_permanent() {
             self.smtp.failed(&e);
+        }
+        if e.is_unreachable() {
+            self.unreachable.store(true, Ordering::Relaxed);
         }
         if give_up {
             tracing::warn!(invite = %invite.id, attempts, error = %e, "invite failed for good");

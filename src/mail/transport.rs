@@ -46,6 +46,13 @@ impl MailError {
         refuses_recipient(&code.to_string(), text.as_deref().unwrap_or_default())
     }
 
+    /// The mail server could not be reached, or did not answer: no connection, a timeout, a
+    /// broken session or TLS. Unlike a reply (`451` when a relay throttles), this says the
+    /// server is down, and the first send that succeeds afterwards says it is back.
+    pub(super) fn is_unreachable(&self) -> bool {
+        matches!(self, MailError::Smtp(e) if e.status().is_none() && !e.is_client())
+    }
+
     /// An answer that no retry will change: a refused recipient, a message that cannot be
     /// built. The relay's other refusals are retried and raise the SMTP incident, as an outage
     /// does, for `SENDGUARD_MAIL_MAX_ATTEMPTS`: an operator can fix a setting in that time.

@@ -367,6 +367,41 @@ async fn invites_waiting_out_an_smtp_outage_are_sent_when_it_ends() {
     app.shutdown().await;
 }
 
+/// A relay that answers "try again later" to some sends while it takes others (throttling) is
+/// not an outage that ends: an invite it deferred keeps its backoff when the next send
+/// succeeds, or it would be retried at every success and use up its attempts in seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_invite_keeps_its_backoff_when_other_sends_succeed() {
+    let (db, pool) = migrated("throttled", &[]).await;
+    let sink = SmtpSink::start_deferring(&["throttled@example.com"]).await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.mail_retry_base_ms = 60_000;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let key = api_key(&pool).await;
+    let attempts = async |recipient: &str| -> i32 {
+        sqlx::query_scalar("SELECT attempts FROM invites WHERE recipient = $1")
+            .bind(recipient)
+            .fetch_one(&pool)
+            .await
+            .expect("attempts")
+    };
+    send_invite(app.addr, &key, "t", "throttled@example.com").await;
+    let deferred = wait_for(Duration::from_secs(10), || async {
+        attempts("throttled@example.com").await == 1
+    })
+    .await;
+    assert!(deferred, "the first attempt was not deferred");
+    for n in 0..3 {
+        let recipient = format!("other{n}@example.com");
+        send_invite(app.addr, &key, "t", &recipient).await;
+        assert!(becomes(&pool, &recipient, "sent", 10).await);
+    }
+    // Its next attempt is 30-60 s away: a retry now would be the wake of an outage.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(attempts("throttled@example.com").await, 1);
+    app.shutdown().await;
+}
+
 /// Waits up to `secs` seconds for the invite to `recipient` to reach `status`.
 async fn becomes(pool: &sqlx::PgPool, recipient: &str, status: &str, secs: u64) -> bool {
     wait_for(Duration::from_secs(secs), || async {

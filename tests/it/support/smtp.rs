@@ -102,6 +102,18 @@ impl SmtpSink {
         .await
     }
 
+    /// A sink that answers these recipients "try again later" (451), every time.
+    pub async fn start_deferring(deferred: &[&str]) -> SmtpSink {
+        Self::serve(
+            0,
+            Behaviour {
+                deferred: deferred.iter().map(|r| r.to_string()).collect(),
+                ..Behaviour::refusing(&[])
+            },
+        )
+        .await
+    }
+
     /// A relay that refuses the sending address for good (`550 5.7.1`), as one does whose
     /// credentials or sender domain are not set up (nothing about any recipient), until
     /// [`SmtpSink::accept_the_sender`].
@@ -174,6 +186,8 @@ impl SmtpSink {
 struct Behaviour {
     /// Recipients refused at `RCPT TO` (550).
     refused: Vec<String>,
+    /// Recipients told to try again later at `RCPT TO` (451), as a throttling relay does.
+    deferred: Vec<String>,
     /// Each message is answered once a permit is taken from it.
     gate: Option<Arc<Semaphore>>,
     /// `MAIL FROM` is refused (550 5.7.1).
@@ -184,6 +198,7 @@ impl Behaviour {
     fn refusing(refused: &[&str]) -> Behaviour {
         Behaviour {
             refused: refused.iter().map(|r| r.to_string()).collect(),
+            deferred: Vec::new(),
             gate: None,
             refuse_sender: AtomicBool::new(false),
         }
@@ -230,6 +245,10 @@ async fn session(
             let rcpt = line[8..].trim().trim_matches(['<', '>']).to_owned();
             if behaviour.refused.contains(&rcpt) {
                 write.write_all(b"550 no such user\r\n").await?;
+            } else if behaviour.deferred.contains(&rcpt) {
+                write
+                    .write_all(b"451 4.7.1 too many messages, try again later\r\n")
+                    .await?;
             } else {
                 to.push(rcpt);
                 write.write_all(b"250 ok\r\n").await?;
