@@ -26,12 +26,10 @@ impl Incident {
         }
     }
 
-    /// A call succeeded: logs when this ends an outage, and says whether it did.
-    pub fn recovered(&self) -> bool {
-        let ended = self.down.swap(false, Ordering::Relaxed);
-        if ended {
+    /// A call succeeded: logs when this ends an outage.
+    pub fn recovered(&self) {
+        if self.down.swap(false, Ordering::Relaxed) {
             tracing::info!(dependency = self.dependency, "dependency answers again");
         }
-        ended
     }
 }
