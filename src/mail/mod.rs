@@ -6,7 +6,7 @@ mod handoff;
 mod render;
 mod transport;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -114,11 +114,16 @@ const RENEW: &str = "UPDATE invites SET claimed_until = now() + make_interval(se
          next_attempt_at = now() + make_interval(secs => $5)
      WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
 
-/// Makes due now the invites waiting for another attempt after a failed one, when the mail
-/// server answers again: their backoff was sized for the outage, which is over.
+/// Makes due now invites (`$1`, written from `$2` to `$3`) that wait for another attempt after
+/// the mail server could not be reached, once it answers again: their backoff was sized for the
+/// outage, which is over.
 const WAKE: &str = "UPDATE invites SET next_attempt_at = now()
-     WHERE status = 'queued' AND next_attempt_at > now() AND claimed_by IS NULL
-       AND last_error IS NOT NULL";
+     WHERE id = ANY($1) AND created_at BETWEEN $2 AND $3
+       AND status = 'queued' AND claimed_by IS NULL AND next_attempt_at > now()";
+
+/// The most invites an instance remembers to wake after an outage; past it, the others wait
+/// for their backoff.
+const MOST_TO_WAKE: usize = 10_000;
 
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
 const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL,
@@ -141,9 +146,10 @@ pub struct Outbox {
     /// Signs each email's unsubscribe and report links.
     links: LinkKey,
     smtp: Incident,
-    /// A send failed because the mail server could not be reached, and none has succeeded
-    /// since: the next one that does wakes what waits for a retry.
-    unreachable: AtomicBool,
+    /// Invites (and when each was written) whose last attempt failed because the mail server
+    /// could not be reached, since the last send that succeeded: the next one that does wakes
+    /// them.
+    unreachable: std::sync::Mutex<HashMap<Uuid, DateTime<Utc>>>,
     settings: OutboxSettings,
     worker_id: String,
     handoff: Handoff,
@@ -170,7 +176,7 @@ impl Outbox {
             apps,
             links,
             smtp: Incident::new("smtp"),
-            unreachable: AtomicBool::new(false),
+            unreachable: std::sync::Mutex::default(),
             settings,
             worker_id,
             handoff,
@@ -314,8 +320,9 @@ impl Outbox {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             marked = self.settle(MARK_SENT, &sent).await;
-            if self.unreachable.swap(false, Ordering::Relaxed) {
-                self.wake().await;
+            let waiting = std::mem::take(&mut *self.unreachable_invites());
+            if !waiting.is_empty() {
+                self.wake(waiting).await;
             }
         }
         // Each failure is recorded whatever happened to the others: one not recorded is tried
@@ -409,22 +416,44 @@ impl Outbox {
         }
     }
 
-    /// After the mail server could not be reached, sends at once what waits for another
-    /// attempt: with backoff doubling up to an hour, an invite that failed during a long outage
-    /// would otherwise wait up to that long after it. Only an unreachable server wakes them: a
-    /// relay that throttles answers some sends `451` while it takes others, and waking at each
-    /// of its successes would spend a deferred invite's attempts in seconds. A failure here is
-    /// only logged: the invites keep their backoff.
-    async fn wake(&self) {
-        match sqlx::query(WAKE).execute(self.db.pool()).await {
-            Ok(done) => {
-                tracing::info!(
-                    invites = done.rows_affected(),
-                    "the mail server answers again; retrying what waits"
-                )
+    /// After the mail server could not be reached, sends at once the invites that failed for
+    /// it: with backoff doubling up to an hour, one that failed during a long outage would
+    /// otherwise wait up to that long after it. Only those: a relay that throttles answers
+    /// some sends `451` while it takes others, and a throttled invite retried at each success
+    /// would spend its attempts in seconds. Each instance wakes the invites it failed; one
+    /// that restarts forgets them, and they keep their backoff. A failure here is only logged.
+    async fn wake(&self, waiting: HashMap<Uuid, DateTime<Utc>>) {
+        let mut waiting: Vec<(Uuid, DateTime<Utc>)> = waiting.into_iter().collect();
+        waiting.sort_by_key(|&(_, written)| written);
+        let mut woken = 0;
+        // In chunks of neighbouring weeks, so that each statement searches only theirs.
+        for chunk in waiting.chunks(1000) {
+            let ids: Vec<Uuid> = chunk.iter().map(|&(id, _)| id).collect();
+            let done = sqlx::query(WAKE)
+                .bind(ids)
+                .bind(chunk[0].1)
+                .bind(chunk[chunk.len() - 1].1)
+                .execute(self.db.pool())
+                .await;
+            match done {
+                Ok(done) => woken += done.rows_affected(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "invites waiting out an outage were not woken")
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "invites waiting for a retry were not woken"),
         }
+        tracing::info!(
+            invites = woken,
+            "the mail server answers again; retrying what failed while it could not be reached"
+        );
+    }
+
+    /// The invites to wake when the mail server answers again.
+    fn unreachable_invites(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, DateTime<Utc>>> {
+        // A panic while the map was held left a map, never a half-written one.
+        self.unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Extends this worker's lease on a round's invites; a failure is only logged, and the
@@ -458,8 +487,13 @@ impl Outbox {
         if !e.is_permanent() {
             self.smtp.failed(&e);
         }
-        if e.is_unreachable() {
-            self.unreachable.store(true, Ordering::Relaxed);
+        {
+            let mut unreachable = self.unreachable_invites();
+            if e.is_unreachable() && !give_up && unreachable.len() < MOST_TO_WAKE {
+                unreachable.insert(invite.id, invite.created_at);
+            } else {
+                unreachable.remove(&invite.id);
+            }
         }
         if give_up {
             tracing::warn!(invite = %invite.id, attempts, error = %e, "invite failed for good");

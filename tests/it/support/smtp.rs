@@ -102,12 +102,15 @@ impl SmtpSink {
         .await
     }
 
-    /// A sink that answers these recipients "try again later" (451), every time.
-    pub async fn start_deferring(deferred: &[&str]) -> SmtpSink {
+    /// A sink that answers the `deferred` recipients "try again later" (451), and closes the
+    /// connection without a word at the `dropped` ones, every time.
+    pub async fn start_deferring(deferred: &[&str], dropped: &[&str]) -> SmtpSink {
+        let list = |names: &[&str]| names.iter().map(|r| r.to_string()).collect();
         Self::serve(
             0,
             Behaviour {
-                deferred: deferred.iter().map(|r| r.to_string()).collect(),
+                deferred: list(deferred),
+                dropped: list(dropped),
                 ..Behaviour::refusing(&[])
             },
         )
@@ -188,6 +191,8 @@ struct Behaviour {
     refused: Vec<String>,
     /// Recipients told to try again later at `RCPT TO` (451), as a throttling relay does.
     deferred: Vec<String>,
+    /// Recipients at whose `RCPT TO` the connection is closed without a reply.
+    dropped: Vec<String>,
     /// Each message is answered once a permit is taken from it.
     gate: Option<Arc<Semaphore>>,
     /// `MAIL FROM` is refused (550 5.7.1).
@@ -199,6 +204,7 @@ impl Behaviour {
         Behaviour {
             refused: refused.iter().map(|r| r.to_string()).collect(),
             deferred: Vec::new(),
+            dropped: Vec::new(),
             gate: None,
             refuse_sender: AtomicBool::new(false),
         }
@@ -245,6 +251,8 @@ async fn session(
             let rcpt = line[8..].trim().trim_matches(['<', '>']).to_owned();
             if behaviour.refused.contains(&rcpt) {
                 write.write_all(b"550 no such user\r\n").await?;
+            } else if behaviour.dropped.contains(&rcpt) {
+                return Ok(());
             } else if behaviour.deferred.contains(&rcpt) {
                 write
                     .write_all(b"451 4.7.1 too many messages, try again later\r\n")
