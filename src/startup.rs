@@ -140,6 +140,7 @@ impl Services {
             global: (cfg.global_flush_ms > 0)
                 .then(|| GlobalCounts::new(Duration::from_millis(cfg.global_flush_ms))),
             keys: keys.clone(),
+            members: links.member_key(),
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
             new_sender_days: cfg.new_sender_days,

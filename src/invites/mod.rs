@@ -82,6 +82,8 @@ pub struct InviteService {
     /// Global rules counted in process and flushed (None: every invite asks Redis).
     pub global: Option<global::GlobalCounts>,
     pub keys: KeyPrefix,
+    /// Keys what distinct counts count.
+    pub members: signals::MemberKey,
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
     /// Days a sender counts as new for `new_senders_only` rules.
@@ -373,8 +375,8 @@ impl InviteService {
             .map(|rule| match rule.signal {
                 Signal::Invites => (1, None),
                 Signal::Links => (u64::from(facts.has_links), None),
-                Signal::DistinctRecipients => (1, Some(signals::member(&invite.recipient))),
-                Signal::DistinctDomains => (1, Some(signals::member(&invite.recipient_domain))),
+                Signal::DistinctRecipients => (1, Some(self.members.member(&invite.recipient))),
+                Signal::DistinctDomains => (1, Some(self.members.member(&invite.recipient_domain))),
                 Signal::Bounces | Signal::Complaints => (0, None),
             })
             .collect();

@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::audit::{self, Entry};
+use crate::signals::MemberKey;
 
 /// The shortest `SENDGUARD_SECRET_KEY` accepted: anything shorter is guessable.
 pub const MIN_SECRET_LEN: usize = 32;
@@ -69,6 +70,11 @@ impl LinkKey {
         stored
             .map(|k| LinkKey(k.into()))
             .ok_or(LinkKeyError::Missing)
+    }
+
+    /// The key of what distinct counts count ([`MemberKey`]), from the same secret.
+    pub fn member_key(&self) -> MemberKey {
+        MemberKey::new(&self.0)
     }
 
     fn mac(&self, purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {

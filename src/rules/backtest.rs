@@ -99,8 +99,13 @@ impl Replayed {
         match signal {
             Signal::Invites => (1, None),
             Signal::Links => (u64::from(self.has_links()), None),
-            Signal::DistinctRecipients => (1, Some(signals::member(&self.recipient))),
-            Signal::DistinctDomains => (1, Some(signals::member(&self.recipient_domain))),
+            Signal::DistinctRecipients => {
+                (1, Some(signals::offline_members().member(&self.recipient)))
+            }
+            Signal::DistinctDomains => (
+                1,
+                Some(signals::offline_members().member(&self.recipient_domain)),
+            ),
             Signal::Bounces | Signal::Complaints => (0, None),
         }
     }

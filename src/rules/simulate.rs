@@ -4,7 +4,7 @@
 
 use super::{Action, Signal};
 use crate::limiter::{Algorithm, Check, EdgeMode, KeyPrefix, MemoryStore, Quota};
-use crate::signals::{any_link, member};
+use crate::signals::{any_link, offline_members};
 
 /// One invite of a trace.
 struct Sent {
@@ -135,7 +135,9 @@ pub fn caught(trace: &SenderTrace) -> Vec<(&'static str, Option<usize>)> {
             let first = trace.sent.iter().position(|sent| {
                 let (cost, member) = match rule.signal {
                     Signal::Links => (u64::from(any_link([Some(sent.message)])), None),
-                    Signal::DistinctRecipients => (1, Some(member(&sent.recipient))),
+                    Signal::DistinctRecipients => {
+                        (1, Some(offline_members().member(&sent.recipient)))
+                    }
                     _ => (1, None),
                 };
                 let check = Check {

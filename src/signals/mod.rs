@@ -5,18 +5,44 @@
 pub mod bench;
 pub mod links;
 
-use sha2::{Digest, Sha256};
+use std::sync::LazyLock;
 
-/// What a distinct count counts for a recipient address or domain: 4 bytes of its SHA-256,
-/// the same on every instance and release. Two of a key's members collide in about one key in
-/// 870,000 at 100 members (the default rule's limit), one in 540 at 4,001 (the most a key
-/// keeps), and a collision only undercounts by one: a sender cannot choose its recipients'
-/// addresses so that they collide, since each must reach a different person.
-pub fn member(value: &str) -> u32 {
-    let digest = Sha256::digest(value.as_bytes());
-    let mut first = [0u8; 4];
-    first.copy_from_slice(&digest[..4]);
-    u32::from_le_bytes(first)
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The key of the hashes a distinct count counts: a recipient address or domain is counted as
+/// 4 bytes of its HMAC-SHA-256 under the deployment's secret, the same on every instance that
+/// shares it. Keyed, because a public hash cut to 4 bytes can be searched offline: a list of a
+/// million addresses holds about a hundred pairs that collide, each of which would count once,
+/// and enough of them would double a sender's limit. Without the key no one can tell which
+/// addresses collide; by chance, two of a key's members do in about one key in 870,000 at 100
+/// members (the default rule's limit), and that undercounts by one.
+#[derive(Clone)]
+pub struct MemberKey(Hmac<Sha256>);
+
+impl MemberKey {
+    pub fn new(secret: &[u8]) -> MemberKey {
+        // HMAC takes a key of any length.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        // Apart from every other use of the secret (the links' tokens).
+        mac.update(b"member:");
+        MemberKey(mac)
+    }
+
+    /// What a distinct count counts for `value`.
+    pub fn member(&self, value: &str) -> u32 {
+        let mut mac = self.0.clone();
+        mac.update(value.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]])
+    }
+}
+
+/// A key of this process's own, for counts that only it compares (backtests, simulations).
+pub fn offline_members() -> &'static MemberKey {
+    static KEY: LazyLock<MemberKey> = LazyLock::new(|| MemberKey::new(&rand::random::<[u8; 32]>()));
+    &KEY
 }
 
 /// Whether any of an invite's texts carries a link.

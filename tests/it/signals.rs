@@ -130,6 +130,42 @@ async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
     assert_eq!(observed, 4);
 }
 
+/// Two recipients picked offline because 4 bytes of their plain SHA-256 are the same count as
+/// two: what a distinct count keeps is keyed with the deployment's secret, so a spammer cannot
+/// search a list of addresses for pairs that would count once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipients_that_collide_in_a_public_hash_count_as_two() {
+    let (first, second) = colliding_recipients();
+    let stage = Stage::start(
+        "collide",
+        &[
+            "UPDATE rules SET limit_count = 1 WHERE name = 'sender-distinct-recipients-daily'",
+            "UPDATE rules SET enabled = false WHERE name IN ('sender-hourly', 'recipient-daily')",
+        ],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    api.accepted("picker", &first).await;
+    assert_eq!(state(&stage.pool, "picker").await, "active");
+    api.accepted("picker", &second).await;
+    assert_eq!(state(&stage.pool, "picker").await, "shadow_banned");
+}
+
+/// Two addresses whose SHA-256 starts with the same 4 bytes: a birthday search, about 80,000
+/// hashes.
+fn colliding_recipients() -> (String, String) {
+    use sha2::{Digest, Sha256};
+    let mut seen = std::collections::HashMap::new();
+    for n in 0..2_000_000u32 {
+        let address = format!("c{n}@example.com");
+        let digest = Sha256::digest(address.as_bytes());
+        if let Some(earlier) = seen.insert([digest[0], digest[1], digest[2], digest[3]], n) {
+            return (format!("c{earlier}@example.com"), address);
+        }
+    }
+    panic!("no collision among two million addresses");
+}
+
 /// Three complaints reported through the API trip `sender-complaints-daily` (limit 2): the
 /// sender's next invite is held. A repeated event counts once; another app's invite is 404,
 /// while another key of the same app may report it.
