@@ -125,7 +125,7 @@ INSERT INTO ceiling (id, api_key_id, app_id, sender_id, recipient, recipient_dom
     resource, status, decision, next_attempt_at)
 VALUES (gen_random_uuid(), 1, 1, 'u' || :n, 'r' || :r || '@example.com', 'example.com', '10.1.2.3',
     'doc-' || :n, 'queued',
-    '{"reason": "within_limits", "rules": [{"rule": "sender-hourly", "count": 3, "limit": 60, "allowed": true}, {"rule": "recipient-daily", "count": 1, "limit": 3, "allowed": true}]}',
+    '{"rules": [["global-minute", 60548, 10000, 60, "exceeded"], ["ip-hourly", 7, 300, 3600, "ok"], ["new-sender-links", 0, 0, 86400, "ok"], ["recipient-daily", 3, 3, 86400, "ok"], ["sender-bounces-daily", 0, 10, 86400, "ok"], ["sender-complaints-daily", 0, 2, 86400, "ok"], ["sender-daily", 7, 500, 86400, "ok"], ["sender-distinct-recipients-daily", 7, 100, 86400, "ok"], ["sender-hourly", 7, 60, 3600, "ok"]], "action": "monitor", "reason": "rules"}',
     now());
 SQL
 pgbench_out=$(measured pgbench -h 127.0.0.1 -U postgres -n -M prepared -c "$conns" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)

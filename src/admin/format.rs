@@ -244,7 +244,8 @@ pub fn why(decision: &serde_json::Value) -> String {
 /// field (`{"rule": …, "count": …}`) and are read until retention drops their week.
 fn exceeded_rule(rule: &serde_json::Value) -> Option<String> {
     let (name, count, limit, outcome) = match rule {
-        serde_json::Value::Array(fields) => (&fields[0], &fields[1], &fields[2], &fields[4]),
+        // Indexing the value, not the array: a short one reads as nulls.
+        serde_json::Value::Array(_) => (&rule[0], &rule[1], &rule[2], &rule[4]),
         named => (
             &named["rule"],
             &named["count"],

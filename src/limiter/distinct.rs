@@ -1,5 +1,6 @@
 //! Distinct members (recipients, domains) in a sliding window, counted exactly up to the limit:
-//! the mirror of `lua/distinct.lua`, same state and same integer arithmetic.
+//! the mirror of `lua/distinct.lua`, same decisions and same integer arithmetic (the script
+//! stores each sub-window modulo 128 to save bytes; this keeps it whole).
 //!
 //! Each member is kept with the sub-window (1/60 of the window) it was last seen in; it counts
 //! while that is one of the 61 sub-windows `head-60 ..= head` (the `harsh` edge: never more
