@@ -2,6 +2,7 @@
 
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -61,7 +62,7 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
     create_if_missing(url).await?;
     let pool = PgPoolOptions::new()
         .max_connections(16)
-        .acquire_timeout(std::time::Duration::from_secs(3))
+        .acquire_timeout(Duration::from_secs(3))
         .connect_with(options(url, "sendguard")?)
         .await?;
     MIGRATOR.run(&pool).await?;
@@ -80,7 +81,7 @@ pub async fn connect_kept(url: &str, part: &str, size: u32) -> Result<KeptConnec
     let options = options(url, part)?.options([("plan_cache_mode", "force_generic_plan")]);
     let pool = PgPoolOptions::new()
         .max_connections(size)
-        .acquire_timeout(std::time::Duration::from_secs(3))
+        .acquire_timeout(Duration::from_secs(3))
         .connect_with(options)
         .await?;
     Ok(KeptConnections {
@@ -95,12 +96,22 @@ pub async fn connect_kept(url: &str, part: &str, size: u32) -> Result<KeptConnec
 /// is kept; one that failed goes back to the pool, whose ping closes it if it is broken, and
 /// the batch or round it served fails (an invite's request answered 503, a round of the
 /// outbox tried again). A connection taken from the pool is pinged, so the use after a
-/// failure does not get one that died idle there (Postgres restarted).
+/// failure does not get one that died idle there (Postgres restarted). A kept connection idle
+/// for longer than [`KEPT_FRESH`] is pinged too, and replaced when it does not answer: a
+/// restart in a quiet moment would otherwise fail the next batch, which nothing had sent yet.
 #[derive(Clone)]
 pub struct KeptConnections {
     pool: PgPool,
-    kept: Arc<Mutex<Vec<PoolConnection<Postgres>>>>,
+    kept: Arc<Mutex<Vec<Kept>>>,
 }
+
+/// A kept connection, with when it was last used.
+type Kept = (PoolConnection<Postgres>, Instant);
+
+/// How long a kept connection is used without a ping. A connection in steady use (a batch
+/// every few milliseconds, even at 100 invites/s) never waits this long, so it costs nothing
+/// there; after a quiet second, the ping is one round trip before the next batch.
+const KEPT_FRESH: Duration = Duration::from_secs(1);
 
 impl KeptConnections {
     /// The pool, for a statement that is rare enough to take a connection of its own.
@@ -121,14 +132,23 @@ impl KeptConnections {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         let mut conn = match kept {
-            Some(conn) => conn,
+            Some((conn, used)) if used.elapsed() < KEPT_FRESH => conn,
+            Some((mut conn, _)) => match conn.ping().await {
+                Ok(()) => conn,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a kept connection died while idle; replacing it");
+                    conn.close_on_drop();
+                    drop(conn);
+                    self.pool.acquire().await?
+                }
+            },
             None => self.pool.acquire().await?,
         };
         let done = work(&mut conn).await?;
         self.kept
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(conn);
+            .push((conn, Instant::now()));
         Ok(done)
     }
 }

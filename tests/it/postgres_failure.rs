@@ -82,3 +82,35 @@ async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
     .await;
     assert!(delivered, "the outbox recovers by itself");
 }
+
+/// Postgres restarts (or fails over) while the service is quiet: the connection the writer kept
+/// from its last batch is dead, and the next invite is still written, not answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_after_postgres_restarted_in_a_quiet_moment_is_written() {
+    let (db, pool) = migrated("pgblip", &[]).await;
+    let key = api_key(&pool).await;
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
+    let mut cfg = config(&db, None);
+    cfg.database.database_url = format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
+    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-pgblip-{}", proxy.port));
+    let app = sendguard::start(&cfg).await.expect("start");
+    let api = Api::new(format!("http://{}", app.addr), key);
+    let invite = |n: u32| {
+        api.invite(json!({"sender_id": "quiet", "recipient": format!("q{n}@example.com")}))
+    };
+    assert_eq!(invite(0).await.status(), StatusCode::OK);
+    // Every open connection is cut; new ones get through at once.
+    proxy.cut();
+    proxy.resume().await;
+    // Quiet for a moment, as between two invites of a quiet hour.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for n in 1..4 {
+        assert_eq!(invite(n).await.status(), StatusCode::OK, "invite {n}");
+    }
+    let written: i64 = sqlx::query_scalar("SELECT count(*) FROM invites")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(written, 4);
+    app.shutdown().await;
+}

@@ -27,9 +27,16 @@ impl Proxy {
 
     /// Accepts and forwards connections (again).
     pub async fn resume(&self) {
-        let listener = TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .expect("bind proxy");
+        // Right after a cut, the aborted listener may not have closed yet: up to a second.
+        let mut bound = TcpListener::bind(("127.0.0.1", self.port)).await;
+        for _ in 0..50 {
+            if bound.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            bound = TcpListener::bind(("127.0.0.1", self.port)).await;
+        }
+        let listener = bound.expect("bind proxy");
         let upstream = self.upstream;
         let tasks = self.tasks.clone();
         let accept = tokio::spawn(async move {
