@@ -3,22 +3,52 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{api_key, config, migrated, wait_for};
+use crate::support::app::{TestDb, api_key, config, migrated, wait_for};
 use crate::support::proxy::Proxy;
 use reqwest::StatusCode;
 use serde_json::json;
 
+/// An instance whose connections to Postgres go through a proxy the test can cut; the test's
+/// own pool reaches the database directly.
+struct BehindProxy {
+    _db: TestDb,
+    pool: sqlx::PgPool,
+    proxy: Proxy,
+    app: sendguard::Running,
+    api: Api,
+}
+
+impl BehindProxy {
+    async fn start(test: &str) -> BehindProxy {
+        let (db, pool) = migrated(test, &[]).await;
+        let key = api_key(&pool).await;
+        let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
+        let mut cfg = config(&db, None);
+        cfg.database.database_url =
+            format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
+        cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-{test}-{}", proxy.port));
+        let app = sendguard::start(&cfg).await.expect("start");
+        let api = Api::new(format!("http://{}", app.addr), key);
+        BehindProxy {
+            _db: db,
+            pool,
+            proxy,
+            app,
+            api,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
-    let (db, pool) = migrated("pgdown", &[]).await;
-    let key = api_key(&pool).await;
-    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
-    let mut cfg = config(&db, None);
-    cfg.database.database_url = format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
-    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-pgdown-{}", proxy.port));
-    let app = sendguard::start(&cfg).await.expect("start");
-    let base = format!("http://{}", app.addr);
-    let api = Api::new(base.clone(), key);
+    let BehindProxy {
+        _db,
+        pool,
+        proxy,
+        app: _app,
+        api,
+    } = BehindProxy::start("pgdown").await;
+    let base = api.base.clone();
     let http = &api.http;
     let invite =
         |n: u32| api.invite(json!({"sender_id": "pg", "recipient": format!("p{n}@example.com")}));
@@ -87,14 +117,13 @@ async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
 /// from its last batch is dead, and the next invite is still written, not answered 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_after_postgres_restarted_in_a_quiet_moment_is_written() {
-    let (db, pool) = migrated("pgblip", &[]).await;
-    let key = api_key(&pool).await;
-    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
-    let mut cfg = config(&db, None);
-    cfg.database.database_url = format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
-    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-pgblip-{}", proxy.port));
-    let app = sendguard::start(&cfg).await.expect("start");
-    let api = Api::new(format!("http://{}", app.addr), key);
+    let BehindProxy {
+        _db,
+        pool,
+        proxy,
+        app,
+        api,
+    } = BehindProxy::start("pgblip").await;
     let invite = |n: u32| {
         api.invite(json!({"sender_id": "quiet", "recipient": format!("q{n}@example.com")}))
     };
