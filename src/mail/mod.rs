@@ -4,14 +4,13 @@
 
 mod handoff;
 mod render;
+mod retry;
 mod transport;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use lettre::message::Mailbox;
-use rand::Rng;
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -24,12 +23,14 @@ use uuid::Uuid;
 use crate::apps::AppCache;
 use crate::db::KeptConnections;
 use crate::incident::Incident;
-use crate::metrics::{DependencyError, Metrics};
-use crate::outcomes::{OutcomeType, Outcomes};
+use crate::metrics::Metrics;
+use crate::outcomes::Outcomes;
 use crate::recipients::{LinkKey, Purpose};
 use handoff::Handed;
 pub use handoff::{Handoff, Slot};
 use render::{Content, Envelope};
+pub use retry::RETRY;
+use retry::Unreachable;
 pub use transport::{MailError, Transport, parse_from};
 
 /// An invite as the outbox reads it.
@@ -100,30 +101,11 @@ pub const SUPPRESS: &str = "UPDATE invites SET status = 'suppressed',
          next_attempt_at = NULL, claimed_by = NULL, claimed_until = NULL
      WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
 
-/// A failed delivery of invite `$1` (written at `$7`) by worker `$2`: its `$3`rd attempt,
-/// failed with `$4`; given up on when `$5`, else due again in `$6` seconds.
-pub const RETRY: &str = "UPDATE invites SET attempts = $3, last_error = $4,
-         status = CASE WHEN $5 THEN 'failed' ELSE status END,
-         next_attempt_at = CASE WHEN $5 THEN NULL ELSE now() + make_interval(secs => $6) END,
-         claimed_by = NULL, claimed_until = NULL
-     WHERE id = $1 AND claimed_by = $2 AND created_at = $7";
-
 /// Extends worker `$2`'s lease on invites (`$1`, written from `$3` to `$4`) still being sent by
 /// `$5` seconds, so that no other worker takes them over while their sends are under way.
 const RENEW: &str = "UPDATE invites SET claimed_until = now() + make_interval(secs => $5),
          next_attempt_at = now() + make_interval(secs => $5)
      WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
-
-/// Makes due now invites (`$1`, written from `$2` to `$3`) that wait for another attempt after
-/// the mail server could not be reached, once it answers again: their backoff was sized for the
-/// outage, which is over.
-const WAKE: &str = "UPDATE invites SET next_attempt_at = now()
-     WHERE id = ANY($1) AND created_at BETWEEN $2 AND $3
-       AND status = 'queued' AND claimed_by IS NULL AND next_attempt_at > now()";
-
-/// The most invites an instance remembers to wake after an outage; past it, the others wait
-/// for their backoff.
-const MOST_TO_WAKE: usize = 10_000;
 
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
 const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL,
@@ -149,7 +131,7 @@ pub struct Outbox {
     /// Invites (and when each was written) whose last attempt failed because the mail server
     /// could not be reached, since the last send that succeeded: the next one that does wakes
     /// them.
-    unreachable: std::sync::Mutex<HashMap<Uuid, DateTime<Utc>>>,
+    unreachable: Unreachable,
     settings: OutboxSettings,
     worker_id: String,
     handoff: Handoff,
@@ -176,7 +158,7 @@ impl Outbox {
             apps,
             links,
             smtp: Incident::new("smtp"),
-            unreachable: std::sync::Mutex::default(),
+            unreachable: Unreachable::default(),
             settings,
             worker_id,
             handoff,
@@ -320,7 +302,7 @@ impl Outbox {
             self.smtp.recovered();
             self.metrics.invites("sent", sent.len() as u64);
             marked = self.settle(MARK_SENT, &sent).await;
-            let waiting = std::mem::take(&mut *self.unreachable_invites());
+            let waiting = self.unreachable.take();
             if !waiting.is_empty() {
                 self.wake(waiting).await;
             }
@@ -416,46 +398,6 @@ impl Outbox {
         }
     }
 
-    /// After the mail server could not be reached, sends at once the invites that failed for
-    /// it: with backoff doubling up to an hour, one that failed during a long outage would
-    /// otherwise wait up to that long after it. Only those: a relay that throttles answers
-    /// some sends `451` while it takes others, and a throttled invite retried at each success
-    /// would spend its attempts in seconds. Each instance wakes the invites it failed; one
-    /// that restarts forgets them, and they keep their backoff. A failure here is only logged.
-    async fn wake(&self, waiting: HashMap<Uuid, DateTime<Utc>>) {
-        let mut waiting: Vec<(Uuid, DateTime<Utc>)> = waiting.into_iter().collect();
-        waiting.sort_by_key(|&(_, written)| written);
-        let mut woken = 0;
-        // In chunks of neighbouring weeks, so that each statement searches only theirs.
-        for chunk in waiting.chunks(1000) {
-            let ids: Vec<Uuid> = chunk.iter().map(|&(id, _)| id).collect();
-            let done = sqlx::query(WAKE)
-                .bind(ids)
-                .bind(chunk[0].1)
-                .bind(chunk[chunk.len() - 1].1)
-                .execute(self.db.pool())
-                .await;
-            match done {
-                Ok(done) => woken += done.rows_affected(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "invites waiting out an outage were not woken")
-                }
-            }
-        }
-        tracing::info!(
-            invites = woken,
-            "the mail server answers again; retrying what failed while it could not be reached"
-        );
-    }
-
-    /// The invites to wake when the mail server answers again.
-    fn unreachable_invites(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, DateTime<Utc>>> {
-        // A panic while the map was held left a map, never a half-written one.
-        self.unreachable
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Extends this worker's lease on a round's invites; a failure is only logged, and the
     /// round goes on (its invites may then be sent twice, at least once as always).
     async fn renew(&self, invites: &[Outgoing]) {
@@ -473,53 +415,6 @@ impl Outbox {
             tracing::warn!(error = %e, "the outbox's lease on a round in flight was not renewed");
         }
     }
-
-    /// Schedules a failed delivery again with backoff, or gives up on it.
-    async fn failed(&self, invite: &Outgoing, e: MailError) -> Result<(), sqlx::Error> {
-        let attempts = invite.attempts + 1;
-        let give_up = e.is_permanent() || attempts >= self.settings.max_attempts;
-        let delay = backoff(self.settings.retry_base, attempts);
-        self.metrics.smtp_failure();
-        self.metrics.dependency_error(DependencyError::Smtp);
-        if give_up {
-            self.metrics.invites("failed", 1);
-        }
-        if !e.is_permanent() {
-            self.smtp.failed(&e);
-        }
-        {
-            let mut unreachable = self.unreachable_invites();
-            if e.is_unreachable() && !give_up && unreachable.len() < MOST_TO_WAKE {
-                unreachable.insert(invite.id, invite.created_at);
-            } else {
-                unreachable.remove(&invite.id);
-            }
-        }
-        if give_up {
-            tracing::warn!(invite = %invite.id, attempts, error = %e, "invite failed for good");
-        } else {
-            tracing::debug!(invite = %invite.id, attempts, error = %e, "delivery failed");
-        }
-        sqlx::query(RETRY)
-            .bind(invite.id)
-            .bind(&self.worker_id)
-            .bind(attempts)
-            .bind(e.to_string())
-            .bind(give_up)
-            .bind(delay.as_secs_f64())
-            .bind(invite.created_at)
-            .execute(self.db.pool())
-            .await?;
-        if e.is_refusal()
-            && let Err(e) = self
-                .outcomes
-                .record(invite.id, OutcomeType::Bounce, None)
-                .await
-        {
-            tracing::warn!(invite = %invite.id, error = %e, "a refusal was not counted as a bounce");
-        }
-        Ok(())
-    }
 }
 
 /// The first and the last time at which these invites were written: the weeks that hold them
@@ -527,32 +422,4 @@ impl Outbox {
 fn written_between(invites: &[Outgoing]) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
     let times = invites.iter().map(|invite| invite.created_at);
     (times.clone().min(), times.max())
-}
-
-/// Exponential backoff with jitter: base × 2^(attempts-1), capped at an hour, then a random
-/// share between a half and the whole, so instances retrying together spread out.
-fn backoff(base: Duration, attempts: i32) -> Duration {
-    let exp = attempts.clamp(1, 20) - 1;
-    let full = base.saturating_mul(1 << exp).min(Duration::from_secs(3600));
-    full.mul_f64(rand::rng().random_range(0.5..=1.0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let base = Duration::from_secs(2);
-        for attempts in 1..30 {
-            let d = backoff(base, attempts);
-            let full = base
-                .saturating_mul(1 << (attempts.clamp(1, 20) - 1))
-                .min(Duration::from_secs(3600));
-            assert!(
-                d >= full / 2 && d <= full,
-                "attempt {attempts}: {d:?} vs {full:?}"
-            );
-        }
-    }
 }
