@@ -60,6 +60,23 @@ impl Stage {
     async fn invite(&self, sender: &str, recipient: &str) {
         self.api.accepted(sender, recipient).await;
     }
+
+    /// Posts the review form of `sender` (`app/id`) with these fields besides its name.
+    async fn review(
+        &self,
+        client: &reqwest::Client,
+        sender: &str,
+        fields: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut form = vec![("sender", sender)];
+        form.extend_from_slice(fields);
+        client
+            .post(format!("{}/admin/senders/{sender}/review", self.base))
+            .form(&form)
+            .send()
+            .await
+            .expect("review")
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,20 +183,19 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     assert!(page.contains("sender was shadow-banned"), "{page}");
     let csrf = hidden(&page, "csrf");
     let version = hidden(&page, "version");
-    let review_url = format!("{}/admin/senders/default/eager/review", stage.base);
 
     // Without the token: refused, nothing changes.
-    let forged = browser
-        .post(&review_url)
-        .form(&[
-            ("csrf", "0".repeat(64).as_str()),
-            ("sender", "default/eager"),
-            ("version", version.as_str()),
-            ("action", "lift_and_release"),
-        ])
-        .send()
-        .await
-        .expect("post");
+    let forged = stage
+        .review(
+            &browser,
+            "default/eager",
+            &[
+                ("csrf", "0".repeat(64).as_str()),
+                ("version", version.as_str()),
+                ("action", "lift_and_release"),
+            ],
+        )
+        .await;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'eager'")
         .fetch_one(&stage.pool)
@@ -187,18 +203,18 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .expect("state");
     assert_eq!(state, "shadow_banned");
 
-    let done = browser
-        .post(&review_url)
-        .form(&[
-            ("csrf", csrf.as_str()),
-            ("sender", "default/eager"),
-            ("version", version.as_str()),
-            ("action", "lift_and_release"),
-            ("note", "known customer"),
-        ])
-        .send()
-        .await
-        .expect("post");
+    let done = stage
+        .review(
+            &browser,
+            "default/eager",
+            &[
+                ("csrf", csrf.as_str()),
+                ("version", version.as_str()),
+                ("action", "lift_and_release"),
+                ("note", "known customer"),
+            ],
+        )
+        .await;
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         stage.settle().await,
@@ -207,17 +223,17 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     );
 
     // The same, stale form again: refused with a clear message.
-    let stale = browser
-        .post(&review_url)
-        .form(&[
-            ("csrf", csrf.as_str()),
-            ("sender", "default/eager"),
-            ("version", version.as_str()),
-            ("action", "confirm_ban"),
-        ])
-        .send()
-        .await
-        .expect("post");
+    let stale = stage
+        .review(
+            &browser,
+            "default/eager",
+            &[
+                ("csrf", csrf.as_str()),
+                ("version", version.as_str()),
+                ("action", "confirm_ban"),
+            ],
+        )
+        .await;
     assert_eq!(stale.status(), StatusCode::CONFLICT);
     assert!(
         stale
@@ -503,17 +519,17 @@ async fn a_held_invite_is_not_released_from_a_page_older_than_the_senders_standi
         StatusCode::SEE_OTHER
     );
     assert_eq!(stage.settle().await, 1, "the released invite is delivered");
-    let ban = browser
-        .post(format!("{}/admin/senders/default/linky/review", stage.base))
-        .form(&[
-            ("csrf", csrf.as_str()),
-            ("sender", "default/linky"),
-            ("version", fresh.as_str()),
-            ("action", "confirm_ban"),
-        ])
-        .send()
-        .await
-        .expect("ban");
+    let ban = stage
+        .review(
+            &browser,
+            "default/linky",
+            &[
+                ("csrf", csrf.as_str()),
+                ("version", fresh.as_str()),
+                ("action", "confirm_ban"),
+            ],
+        )
+        .await;
     assert_eq!(
         ban.status(),
         StatusCode::CONFLICT,
