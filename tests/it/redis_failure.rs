@@ -20,22 +20,36 @@ fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
     pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect()
 }
 
+/// A stage on a Redis server of the test's own, which it may stop, with `policy` for when Redis
+/// fails or is slower than `timeout_ms`; and an API client for it.
+async fn on_own_redis(
+    test: &str,
+    sql: &[&str],
+    policy: RedisPolicy,
+    timeout_ms: u64,
+) -> (RedisServer, Stage, Api) {
+    let redis = RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_with(test, sql, |cfg| {
+        cfg.redis_url = url;
+        cfg.redis_timeout_ms = timeout_ms;
+        cfg.on_redis_error = policy;
+    })
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    (redis, stage, api)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_invites_are_checked_once_redis_returns() {
-    let mut redis = RedisServer::start().await;
-    let url = redis.url();
-    let stage = Stage::start_with(
+    let (mut redis, stage, api) = on_own_redis(
         "deferred",
         &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
-        |cfg| {
-            cfg.redis_url = url;
-            cfg.redis_timeout_ms = 300;
-            cfg.on_redis_error = RedisPolicy::Defer;
-        },
+        RedisPolicy::Defer,
+        300,
     )
     .await;
     let (pool, sink) = (&stage.pool, &stage.sink);
-    let api = Api::new(stage.base(), api_key(pool).await);
     let invite = |n: u32| {
         api.invite(json!({"sender_id": "steady", "recipient": format!("d{n}@example.com")}))
     };
@@ -100,16 +114,8 @@ async fn deferred_invites_are_checked_once_redis_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down() {
-    let mut redis = RedisServer::start().await;
-    let url = redis.url();
-    let stage = Stage::start_with("closed", &[], |cfg| {
-        cfg.redis_url = url;
-        cfg.redis_timeout_ms = 300;
-        cfg.on_redis_error = RedisPolicy::Closed;
-    })
-    .await;
+    let (mut redis, stage, api) = on_own_redis("closed", &[], RedisPolicy::Closed, 300).await;
     let pool = &stage.pool;
-    let api = Api::new(stage.base(), api_key(pool).await);
     let invite =
         |n: u32| api.invite(json!({"sender_id": "c", "recipient": format!("c{n}@example.com")}));
     assert_eq!(invite(0).await.status(), StatusCode::OK);
@@ -156,20 +162,14 @@ async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down()
 /// Postgres keeps: a shadow-banned sender's invite is still held, with the same answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_open_policy_still_holds_a_banned_senders_invites() {
-    let mut redis = RedisServer::start().await;
-    let url = redis.url();
-    let stage = Stage::start_with(
+    let (mut redis, stage, api) = on_own_redis(
         "openheld",
         &["INSERT INTO senders (app_id, id, state) VALUES (1, 'banned', 'shadow_banned')"],
-        |cfg| {
-            cfg.redis_url = url;
-            cfg.redis_timeout_ms = 300;
-            cfg.on_redis_error = RedisPolicy::Open;
-        },
+        RedisPolicy::Open,
+        300,
     )
     .await;
     let (pool, sink) = (&stage.pool, &stage.sink);
-    let api = Api::new(stage.base(), api_key(pool).await);
     redis.kill();
     for (n, sender) in ["banned", "good"].into_iter().enumerate() {
         let resp = api
@@ -193,17 +193,9 @@ async fn the_open_policy_still_holds_a_banned_senders_invites() {
 /// the re-check only after the sender was shadow-banned; the invite ends held, not sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked() {
-    let mut redis = RedisServer::start().await;
-    let url = redis.url();
-    let stage = Stage::start_with("deferban", &[], |cfg| {
-        cfg.redis_url = url;
-        // A paused Redis is waited for, not given up on.
-        cfg.redis_timeout_ms = 10_000;
-        cfg.on_redis_error = RedisPolicy::Defer;
-    })
-    .await;
+    // A paused Redis is waited for, not given up on.
+    let (mut redis, stage, api) = on_own_redis("deferban", &[], RedisPolicy::Defer, 10_000).await;
     let (pool, sink) = (&stage.pool, &stage.sink);
-    let api = Api::new(stage.base(), api_key(pool).await);
     redis.kill();
     let resp = api
         .invite(json!({"sender_id": "late", "recipient": "late@example.com"}))
