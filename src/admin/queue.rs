@@ -153,6 +153,8 @@ pub(super) async fn confirm_selected(
             sender: &sender,
             action: ReviewAction::ConfirmBan,
             seen_version: version,
+            // A ban releases nothing.
+            seen_held: None,
             actor: &admin.0.username,
             admin_id: Some(admin.0.admin_id),
             note: Some(note.as_str()).filter(|n| !n.trim().is_empty()),

@@ -377,6 +377,8 @@ pub(super) struct ReviewForm {
     #[serde(default)]
     sender: String,
     version: i64,
+    /// The held invites the page counted.
+    held: Option<i64>,
     action: String,
     #[serde(default)]
     note: String,
@@ -397,6 +399,7 @@ pub(super) async fn review_sender(
         sender: &key,
         action,
         seen_version: form.version,
+        seen_held: form.held,
         actor: &admin.0.username,
         admin_id: Some(admin.0.admin_id),
         note: Some(note).filter(|n| !n.is_empty() && n.len() <= 500),

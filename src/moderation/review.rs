@@ -119,6 +119,10 @@ pub struct Review<'a> {
     pub action: ReviewAction,
     /// The sender's version when the admin loaded the page.
     pub seen_version: i64,
+    /// The held invites the page counted. Holding an invite leaves the version as it is (a
+    /// sender still sending would make every page stale), so an action that releases held
+    /// invites is refused unless the count is still this: none held since is released unseen.
+    pub seen_held: Option<i64>,
     pub actor: &'a str,
     /// The admin deciding, when a person decides.
     pub admin_id: Option<i64>,
@@ -148,27 +152,28 @@ pub struct Reviewed {
     pub invites_changed: u64,
 }
 
-/// Locks the sender's row for the caller's transaction and answers its state, when its version
-/// is still the one the admin's page showed.
+/// Locks the sender's row for the caller's transaction and answers its state and the count of
+/// its held invites, when its version is still the one the admin's page showed.
 async fn lock_at(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     sender: &SenderKey,
     seen_version: i64,
-) -> Result<String, ReviewError> {
-    let current: Option<(String, i64)> = sqlx::query_as(
-        "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+) -> Result<(String, i64), ReviewError> {
+    let current: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT state, version, held_stored FROM senders WHERE app_id = $1 AND id = $2
+         FOR UPDATE",
     )
     .bind(sender.app_id)
     .bind(&sender.id)
     .fetch_optional(&mut **tx)
     .await?;
-    let Some((state, version)) = current else {
+    let Some((state, version, held)) = current else {
         return Err(ReviewError::NotFound(sender.id.clone()));
     };
     if version != seen_version {
         return Err(ReviewError::Stale { state, version });
     }
-    Ok(state)
+    Ok((state, held))
 }
 
 /// Applies a review in one transaction; a lift then clears the sender's counters of the rules
@@ -182,7 +187,15 @@ pub async fn apply(
 ) -> Result<Reviewed, ReviewError> {
     let mut tx = pool.begin().await?;
     let sender = review.sender;
-    let state = lock_at(&mut tx, sender, review.seen_version).await?;
+    let (state, held) = lock_at(&mut tx, sender, review.seen_version).await?;
+    // Held invites only come in under the sender's lock, so the count read here stays until
+    // the commit.
+    if review.action.held_become() == Some("queued") && review.seen_held != Some(held) {
+        return Err(ReviewError::Stale {
+            state,
+            version: review.seen_version,
+        });
+    }
     let new_state = match review.action.new_state() {
         Some(s) => s,
         None => state.parse().unwrap_or(SenderState::Active),

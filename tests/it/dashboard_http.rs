@@ -183,6 +183,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     assert!(page.contains("sender was shadow-banned"), "{page}");
     let csrf = hidden(&page, "csrf");
     let version = hidden(&page, "version");
+    let held = hidden(&page, "held");
 
     // Without the token: refused, nothing changes.
     let forged = stage
@@ -210,6 +211,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
             &[
                 ("csrf", csrf.as_str()),
                 ("version", version.as_str()),
+                ("held", held.as_str()),
                 ("action", "lift_and_release"),
                 ("note", "known customer"),
             ],
@@ -603,5 +605,65 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
     assert!(
         !queue.contains("/admin/senders/default/linky"),
         "nothing held: off the queue"
+    );
+}
+
+/// "Release all held invites" releases what the reviewer's page showed: an invite held after
+/// the page was loaded does not move the sender's version (a sender still sending would make
+/// every page stale), so the form also carries the count of held invites it showed, and a
+/// release is refused when more were held since. Nothing is sent from the stale page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_all_held_invites_leaves_those_held_after_the_page_was_loaded() {
+    let stage = Stage::new("dashheldsince").await;
+    let hold = |n: u32| {
+        stage.api.send(serde_json::json!({"sender_id": "linky",
+            "recipient": format!("since{n}@example.com"), "message": "see prize[.]example.com"}))
+    };
+    assert_eq!(hold(0).await.0, StatusCode::OK);
+    assert_eq!(stage.settle().await, 0, "the link invite is held");
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
+    let (csrf, version, held) = (
+        hidden(&page, "csrf"),
+        hidden(&page, "version"),
+        hidden(&page, "held"),
+    );
+    assert_eq!(held, "1", "the page shows one held invite");
+    // The sender sends another while the reviewer reads.
+    assert_eq!(hold(1).await.0, StatusCode::OK);
+    let release = |version: String, held: String| {
+        let (stage, browser, csrf) = (&stage, browser.clone(), csrf.clone());
+        async move {
+            let fields = [
+                ("csrf", csrf.as_str()),
+                ("version", version.as_str()),
+                ("held", held.as_str()),
+                ("action", "release_held"),
+            ];
+            stage
+                .review(&browser, "default/linky", &fields)
+                .await
+                .status()
+        }
+    };
+    assert_eq!(
+        release(version, held).await,
+        StatusCode::CONFLICT,
+        "a release from a page that showed fewer held invites"
+    );
+    assert_eq!(
+        stage.settle().await,
+        0,
+        "nothing released from the stale page"
+    );
+    let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
+    let (version, held) = (hidden(&page, "version"), hidden(&page, "held"));
+    assert_eq!(held, "2");
+    assert_eq!(release(version, held).await, StatusCode::SEE_OTHER);
+    assert_eq!(
+        stage.settle().await,
+        2,
+        "both reach the SMTP server once seen"
     );
 }

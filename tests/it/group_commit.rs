@@ -253,3 +253,63 @@ async fn racing_requests_with_one_idempotency_key_record_one_invite() {
     };
     assert_eq!(refused, expected_refusals);
 }
+
+/// A flagging invite retried with its Idempotency-Key while the first attempt is still being
+/// written, by another writer: the retry finds the key taken only when it claims it, after its
+/// flag. The flag (and its audit entry and webhook event) must go with the invite, so the
+/// retry flags nothing. A table lock holds both writers at the point where they claim the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
+    let stage = Stage::start_with("groupflagrace", &[], |cfg| cfg.db_writers = 2).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let db = stage.db.name.clone();
+    // Reads go on; every insert into the table waits.
+    let mut lock = stage.pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let body = json!({"sender_id": "fresh", "recipient": "r@example.com",
+        "message": "see prize[.]example.com"});
+    let send = || {
+        let (api, body) = (api.clone(), body.clone());
+        tokio::spawn(async move { api.send_keyed("retried-1", &body).await })
+    };
+    let first = send();
+    let waiting = |n: i64| {
+        let db = db.clone();
+        wait_for(Duration::from_secs(10), move || {
+            let db = db.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = $1 AND wait_event_type = 'Lock'",
+                )
+                .bind(&db)
+                .fetch_one(&mut admin().await)
+                .await
+                .expect("pg_stat_activity")
+                    == n
+            }
+        })
+    };
+    assert!(waiting(1).await, "the first attempt waits to claim its key");
+    let retry = send();
+    assert!(waiting(2).await, "the retry waits on the other writer");
+    lock.rollback().await.expect("release");
+    let (first, retry) = (first.await.expect("first"), retry.await.expect("retry"));
+    assert_eq!(first.0, StatusCode::OK);
+    assert_eq!(retry, first, "the retry answers the first attempt's invite");
+    let flags: Vec<Option<uuid::Uuid>> =
+        sqlx::query_scalar("SELECT invite_id FROM flags WHERE sender_id = 'fresh'")
+            .fetch_all(&stage.pool)
+            .await
+            .expect("flags");
+    assert_eq!(flags.len(), 1, "one flag for one invite: {flags:?}");
+    let invites: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE id = $1")
+        .bind(flags[0])
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_eq!(invites, 1, "the flag names the invite written");
+}

@@ -80,11 +80,18 @@ impl Stage {
         action: ReviewAction,
         seen_version: i64,
     ) -> Result<sendguard::moderation::review::Reviewed, ReviewError> {
+        // The held invites as a page loaded now would count them.
+        let seen_held = sqlx::query_scalar("SELECT held_stored FROM senders WHERE id = $1")
+            .bind(sender)
+            .fetch_optional(&self.pool)
+            .await
+            .expect("held");
         let sender = SenderKey::new(1, sender);
         let review = Review {
             sender: &sender,
             action,
             seen_version,
+            seen_held,
             actor: "alice",
             admin_id: None,
             note: Some("checked the account"),

@@ -600,6 +600,11 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
             let rules = sendguard::rules::RuleCache::load(&pool)
                 .await
                 .expect("rules");
+            let seen_held =
+                sqlx::query_scalar("SELECT held_stored FROM senders WHERE id = 'spammy'")
+                    .fetch_optional(&pool)
+                    .await
+                    .expect("held");
             review::apply(
                 &pool,
                 &limiter,
@@ -609,6 +614,7 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
                     sender: &spammy,
                     action,
                     seen_version: version,
+                    seen_held,
                     actor: "alice",
                     admin_id: None,
                     note: None,
