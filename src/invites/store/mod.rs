@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::types::Json;
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::{Acquire, PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::decision::DecisionRecord;
@@ -187,6 +187,32 @@ pub async fn insert_with_flag(
     if stored != assumed.as_str() {
         return Ok(Written::Skipped);
     }
+    if new.idempotency_key.is_none() {
+        return flag_and_write(tx, new, assumed, breach, held_cap, confirm_repeat).await;
+    }
+    // The key is claimed after the flag, and a request with the same key still being written
+    // elsewhere was invisible to the check above: when the claim finds the key taken, the flag
+    // (its audit entry, its webhook event) is undone with the invite, to a savepoint.
+    let mut attempt = tx.begin().await?;
+    let written =
+        flag_and_write(&mut attempt, new, assumed, breach, held_cap, confirm_repeat).await?;
+    if written == Written::Skipped {
+        attempt.rollback().await?;
+    } else {
+        attempt.commit().await?;
+    }
+    Ok(written)
+}
+
+/// The flag and the invite of [`insert_with_flag`], its sender locked in `assumed`.
+async fn flag_and_write(
+    tx: &mut Transaction<'_, Postgres>,
+    new: &NewInvite,
+    assumed: SenderState,
+    breach: &Breach,
+    held_cap: i64,
+    confirm_repeat: bool,
+) -> Result<Written, sqlx::Error> {
     // The upsert locked the row, so the state it read is the state the flag changes.
     let now = flag(tx, &new.sender, breach, Some(new.id), confirm_repeat)
         .await?
