@@ -103,6 +103,22 @@ where
         .route("/admin/static/admin.css", get(stylesheet))
 }
 
+/// The longest note a decision carries into the audit log, in characters (as the forms'
+/// `maxlength` counts them).
+const DECISION_NOTE: usize = 500;
+
+/// The note of a decision form: none when blank, refused when too long rather than dropped,
+/// because the audit log must say why.
+fn decision_note(raw: &str) -> Result<Option<&str>, error::AdminError> {
+    match raw.trim() {
+        "" => Ok(None),
+        note if note.chars().count() <= DECISION_NOTE => Ok(Some(note)),
+        _ => Err(error::AdminError::BadForm(format!(
+            "a note has at most {DECISION_NOTE} characters"
+        ))),
+    }
+}
+
 async fn stylesheet() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],

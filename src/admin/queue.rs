@@ -136,6 +136,13 @@ pub(super) async fn confirm_selected(
         }
     }
     admin.check_csrf(&csrf)?;
+    let note = super::decision_note(&note)?;
+    // One page of the queue at most: each is a transaction of its own, in this request.
+    if picked.len() > PAGE as usize {
+        return Err(AdminError::BadForm(format!(
+            "at most {PAGE} senders at once, a page of the queue"
+        )));
+    }
     let mut confirmed = 0;
     let mut changed = 0;
     for pick in &picked {
@@ -157,7 +164,7 @@ pub(super) async fn confirm_selected(
             seen_held: None,
             actor: &admin.0.username,
             admin_id: Some(admin.0.admin_id),
-            note: Some(note.as_str()).filter(|n| !n.trim().is_empty()),
+            note,
         };
         match super::senders::apply(&dashboard, &review).await {
             Ok(_) => confirmed += 1,

@@ -344,7 +344,7 @@ async fn submit(
         let b = backtest_view(result, rule.scope);
         return Ok(page(&admin, id, view, FieldErrors::default(), None, Some(b)).into_response());
     }
-    let note = Some(form.note.trim()).filter(|n| !n.is_empty() && n.len() <= 500);
+    let note = super::decision_note(&form.note)?;
     let saved = match id {
         Some(id) => edit::update(
             &dashboard.pool,

@@ -394,7 +394,7 @@ pub(super) async fn review_sender(
     same_sender(&form.sender, &app, &id)?;
     let key = sender_of(&dashboard, &app, &id)?;
     let action: ReviewAction = form.action.parse().map_err(AdminError::BadForm)?;
-    let note = form.note.trim();
+    let note = super::decision_note(&form.note)?;
     let review = Review {
         sender: &key,
         action,
@@ -402,7 +402,7 @@ pub(super) async fn review_sender(
         seen_held: form.held,
         actor: &admin.0.username,
         admin_id: Some(admin.0.admin_id),
-        note: Some(note).filter(|n| !n.is_empty() && n.len() <= 500),
+        note,
     };
     let back = |notice: Notice| {
         Redirect::to(&format!("{}?{}", sender_path(&app, &id), notice.query())).into_response()

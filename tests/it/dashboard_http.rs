@@ -667,3 +667,68 @@ async fn a_release_of_all_held_invites_leaves_those_held_after_the_page_was_load
         "both reach the SMTP server once seen"
     );
 }
+
+/// A decision's note is what the audit log keeps of why: one of 500 characters in any script
+/// is kept whole (the form's `maxlength` counts characters, not bytes), a longer one is refused
+/// with the decision rather than dropped from it, and a bulk confirm takes one page of senders
+/// at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
+    let stage = Stage::new("dashnote").await;
+    stage.invite("noted", "n@example.com").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/noted").await;
+    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    let decide = |version: String, action: &'static str, note: String| {
+        let (stage, browser, csrf) = (&stage, browser.clone(), csrf.clone());
+        async move {
+            let fields = [
+                ("csrf", csrf.as_str()),
+                ("version", version.as_str()),
+                ("action", action),
+                ("note", note.as_str()),
+            ];
+            stage
+                .review(&browser, "default/noted", &fields)
+                .await
+                .status()
+        }
+    };
+    let why = "д".repeat(500);
+    assert_eq!(
+        decide(version, "shadow_ban", why.clone()).await,
+        StatusCode::SEE_OTHER
+    );
+    let kept: Option<String> =
+        sqlx::query_scalar("SELECT note FROM audit_log WHERE action = 'shadow_ban'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("audit");
+    assert_eq!(kept.as_deref(), Some(why.as_str()), "the note, whole");
+
+    let (_, page) = stage.get(&browser, "/admin/senders/default/noted").await;
+    let version = hidden(&page, "version");
+    assert_eq!(
+        decide(version, "confirm_ban", "д".repeat(501)).await,
+        StatusCode::BAD_REQUEST
+    );
+    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'noted'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("state");
+    assert_eq!(
+        state, "shadow_banned",
+        "a refused note refuses its decision"
+    );
+
+    let picks: String = (0..26).map(|n| format!("&sender=1:1:s{n}")).collect();
+    let bulk = browser
+        .post(format!("{}/admin/queue/confirm", stage.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}{picks}"))
+        .send()
+        .await
+        .expect("bulk");
+    assert_eq!(bulk.status(), StatusCode::BAD_REQUEST, "more than a page");
+}
