@@ -26,6 +26,11 @@ pub enum AdminError {
     BadForm(String),
     #[error("the database is unavailable; try again in a moment")]
     Db(#[from] sqlx::Error),
+    /// Redis failed a step the decision needs; nothing was changed.
+    #[error(
+        "Redis could not clear the sender's counters, so nothing was changed; try again in a moment"
+    )]
+    Redis(String),
     /// A fault that is not the user's: logged, and shown without detail.
     #[error("something went wrong; try again")]
     Internal(String),
@@ -36,9 +41,8 @@ impl From<ReviewError> for AdminError {
         match e {
             ReviewError::NotFound(id) => AdminError::NotFound(format!("No sender `{id}`.")),
             ReviewError::Db(e) => AdminError::Db(e),
-            e @ (ReviewError::Stale { .. } | ReviewError::Limiter(_)) => {
-                AdminError::BadForm(e.to_string())
-            }
+            ReviewError::Limiter(e) => AdminError::Redis(e.to_string()),
+            e @ ReviewError::Stale { .. } => AdminError::BadForm(e.to_string()),
         }
     }
 }
@@ -90,11 +94,14 @@ impl IntoResponse for AdminError {
             AdminError::Forbidden => (StatusCode::FORBIDDEN, "Not for your role"),
             AdminError::NotFound(_) => (StatusCode::NOT_FOUND, "Not found"),
             AdminError::BadForm(_) => (StatusCode::BAD_REQUEST, "Form refused"),
-            AdminError::Db(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unavailable"),
+            AdminError::Db(_) | AdminError::Redis(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "Unavailable")
+            }
             AdminError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Error"),
         };
         let cause = match &self {
             AdminError::Db(e) => Some(e.to_string()),
+            AdminError::Redis(e) => Some(e.clone()),
             AdminError::Internal(e) => Some(e.clone()),
             _ => None,
         };

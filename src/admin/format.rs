@@ -30,8 +30,6 @@ pub enum Notice {
         action: ReviewAction,
         invites: u32,
     },
-    /// A review applied whose counters could not be cleared.
-    CountersKept,
     /// A rule saved.
     RuleSaved,
     /// One held invite released or discarded (or, `changed` false, no longer held).
@@ -63,7 +61,6 @@ impl Notice {
                 confirmed: n,
                 changed: q.m.unwrap_or(0),
             },
-            "counters_kept" => Notice::CountersKept,
             "rule_saved" => Notice::RuleSaved,
             "invite_decided" => Notice::InviteDecided { changed: n > 0 },
             "note_added" => Notice::NoteAdded,
@@ -83,7 +80,6 @@ impl Notice {
                 format!("done=confirmed&n={confirmed}&m={changed}")
             }
             Notice::Reviewed { action, invites } => format!("done={}&n={invites}", action.as_str()),
-            Notice::CountersKept => "done=counters_kept".into(),
             Notice::RuleSaved => "done=rule_saved".into(),
             Notice::InviteDecided { changed } => {
                 format!("done=invite_decided&n={}", u8::from(changed))
@@ -110,7 +106,6 @@ impl Notice {
                 "Done: {} ({invites} held invite(s) changed).",
                 action.as_str().replace('_', " ")
             ),
-            Notice::CountersKept => "Done, but the sender's counters could not be cleared.".into(),
             Notice::RuleSaved => "Saved; every instance applies the rule within a second.".into(),
             Notice::InviteDecided { changed: true } => "Done: the invite was decided.".into(),
             Notice::InviteDecided { changed: false } => {
@@ -286,7 +281,6 @@ mod tests {
                 action: ReviewAction::LiftAndRelease,
                 invites: 2,
             },
-            Notice::CountersKept,
             Notice::RuleSaved,
             Notice::Unsuppressed { removed: true },
         ] {

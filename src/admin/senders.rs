@@ -417,11 +417,6 @@ pub(super) async fn review_sender(
                 render_sender(&dashboard, &admin, &app, &key, 1, None, Some(e.to_string())).await?;
             Ok((StatusCode::CONFLICT, page).into_response())
         }
-        Err(e @ ReviewError::Limiter(_)) => {
-            // The decision is committed; only clearing the counters failed.
-            tracing::warn!(error = %e, "review applied, counters not cleared");
-            Ok(back(Notice::CountersKept))
-        }
         Err(e) => Err(e.into()),
     }
 }

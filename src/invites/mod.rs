@@ -158,7 +158,8 @@ impl InviteService {
             sub.app
                 .invite_link(invite.accept_url.as_ref(), id, invite.resource.as_deref());
         // The rules count an invite once. When the sender's state turns out to have changed
-        // since this instance cached it, the verdict is derived again from the same answers.
+        // since this instance cached it, the verdict is derived again from the same answers,
+        // unless a lift came between.
         let mut answers: Option<Result<Vec<Checked>, LimiterError>> = None;
         for _ in 0..STATE_RETRIES {
             let state = standing.state;
@@ -223,7 +224,15 @@ impl InviteService {
                 return Ok(Outcome::Accepted(id));
             }
             self.senders.forget(&sender);
+            let assumed = standing.state;
             standing = moderation::stored_standing(&self.pool, &sender).await?;
+            // Only a lift turns a ban into `active`, and it cleared the sender's counters
+            // before it committed: answers taken before it would flag the sender again for the
+            // breach just lifted (DESIGN.md §3b), so the invite counts afresh in the cleared
+            // counters (and once more in those the lift left as they were).
+            if assumed.holds_invites() && standing.state == SenderState::Active {
+                answers = None;
+            }
         }
         Err(InviteError::Unavailable(
             "the sender's state keeps changing; retry shortly".into(),

@@ -176,8 +176,9 @@ async fn lock_at(
     Ok((state, held))
 }
 
-/// Applies a review in one transaction; a lift then clears the sender's counters of the rules
-/// it tripped, so the released invites and the next ones do not trip them again at once.
+/// Applies a review in one transaction; a lift also clears the sender's counters of the rules
+/// it tripped, before it commits, so the released invites and the next ones do not trip them
+/// again at once.
 pub async fn apply(
     pool: &PgPool,
     limiter: &Limiter,
@@ -248,24 +249,25 @@ pub async fn apply(
         let data = json!({"previous_state": state, "state": new_state.as_str()});
         super::announce(&mut tx, sender, event, data).await?;
     }
-    let tripped: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT rule_name FROM flags WHERE app_id = $1 AND sender_id = $2",
-    )
-    .bind(sender.app_id)
-    .bind(&sender.id)
-    .fetch_all(&mut *tx)
-    .await?;
-    let ips: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT sender_ip FROM invites
-         WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL",
-    )
-    .bind(sender.app_id)
-    .bind(&sender.id)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-
+    // Cleared before the commit, with the sender locked: an invite that sees the lift counts
+    // in cleared counters, and a lift Redis cannot clear is not applied at all (the next
+    // invite would trip the same counters and flag the sender again as a repeat offender).
     if review.action.lifts() {
+        let tripped: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT rule_name FROM flags WHERE app_id = $1 AND sender_id = $2",
+        )
+        .bind(sender.app_id)
+        .bind(&sender.id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let ips: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT sender_ip FROM invites
+             WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL",
+        )
+        .bind(sender.app_id)
+        .bind(&sender.id)
+        .fetch_all(&mut *tx)
+        .await?;
         let tripped: BTreeSet<String> = tripped.into_iter().collect();
         let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
         for rule in rules
@@ -286,6 +288,7 @@ pub async fn apply(
         let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
         limiter.clear(&pairs).await?;
     }
+    tx.commit().await?;
     Ok(Reviewed {
         state: new_state,
         version,

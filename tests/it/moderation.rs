@@ -252,3 +252,110 @@ async fn trusted_senders_skip_the_rules_and_manual_bans_hold() {
         counts(&[("held", 1), ("sent", 1)])
     );
 }
+
+/// An invite counted before a lift and written after it (its write waited, assuming the ban)
+/// is not a new breach: the lift cleared the sender's counters, so the invite is counted
+/// afresh in them instead of flagging the sender again, as a repeat offender, from the count
+/// the admin just lifted (DESIGN.md §3b).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_counted_before_a_lift_does_not_flag_the_sender_again() {
+    let stage = Stage::new("liftinflight").await;
+    for n in 0..4 {
+        stage.invite("inflight", &format!("i{n}@example.com")).await;
+    }
+    assert_eq!(stage.delivered().await.len(), 3, "the fourth is held");
+    // Every batch statement waits on the table lock, after its invite was counted.
+    let mut lock = stage.pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let api = stage.api.clone();
+    let late = tokio::spawn(async move { api.accepted("inflight", "late@example.com").await });
+    let db = stage.db.name.clone();
+    let waiting = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&db)
+        .fetch_one(&mut app::admin().await)
+        .await
+        .expect("pg_stat_activity")
+            >= 1
+    })
+    .await;
+    assert!(waiting, "the fifth invite's write waits");
+    let seen = stage.version("inflight").await;
+    stage
+        .review("inflight", ReviewAction::LiftAndRelease, seen)
+        .await
+        .expect("lift");
+    lock.rollback().await.expect("release");
+    late.await.expect("late invite");
+    let (state, repeat): (String, bool) =
+        sqlx::query_as("SELECT state, repeat_offender FROM senders WHERE id = 'inflight'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("sender");
+    assert_eq!(
+        (state.as_str(), repeat),
+        ("active", false),
+        "flagged again by the lifted count"
+    );
+    let flags: i64 = sqlx::query_scalar("SELECT count(*) FROM flags WHERE sender_id = 'inflight'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("flags");
+    assert_eq!(flags, 1, "only the breach that was lifted");
+    assert_eq!(
+        stage.delivered().await.len(),
+        5,
+        "the released invite and the late one are sent"
+    );
+}
+
+/// A lift clears the sender's counters before it commits: when Redis cannot clear them, the
+/// lift is refused and nothing changes, instead of an active sender whose next invite trips
+/// the same counters and is banned again as a repeat offender.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lift_whose_counters_cannot_be_cleared_changes_nothing() {
+    let stage = Stage::new("liftnoredis").await;
+    for n in 0..4 {
+        stage.invite("stuck", &format!("k{n}@example.com")).await;
+    }
+    assert_eq!(stage.delivered().await.len(), 3, "the fourth is held");
+    let mut redis = crate::support::redis_server::RedisServer::start().await;
+    let gone = Limiter::Redis(
+        sendguard::limiter::RedisStore::connect(&sendguard::limiter::RedisSettings::new(
+            redis.url(),
+        ))
+        .await
+        .expect("connect"),
+    );
+    redis.kill();
+    let sender = SenderKey::new(1, "stuck");
+    let lift = Review {
+        sender: &sender,
+        action: ReviewAction::LiftAndRelease,
+        seen_version: stage.version("stuck").await,
+        seen_held: Some(1),
+        actor: "alice",
+        admin_id: None,
+        note: None,
+    };
+    let refused = apply(&stage.pool, &gone, &stage.prefix, &stage.rules, &lift).await;
+    assert!(
+        matches!(refused, Err(ReviewError::Limiter(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        stage.statuses("stuck").await,
+        counts(&[("held", 1), ("sent", 3)]),
+        "nothing released"
+    );
+    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'stuck'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("state");
+    assert_eq!(state, "shadow_banned", "the lift is not applied");
+}
