@@ -17,11 +17,10 @@ use uuid::Uuid;
 use super::WebhookError;
 use super::attempt::{ATTEMPT_TIMEOUT, Outcome, attempt, client};
 
-/// Longest wait between two attempts.
+/// Longest wait between two attempts. A failing event is retried at this pace for as long as
+/// its receiver is down: it is never given up by age (DESIGN.md §4), only when its app no
+/// longer has a webhook.
 const MAX_DELAY: Duration = Duration::from_secs(4 * 3600);
-/// Attempts an event gets before it may be given up, however old: events written while every
-/// worker was down still get a couple of hours of tries.
-const MIN_ATTEMPTS: i32 = 8;
 
 #[derive(Debug, Clone)]
 pub struct WebhookSettings {
@@ -34,22 +33,19 @@ pub struct WebhookSettings {
     pub batch: i64,
     /// First retry delay, doubled each attempt up to 4 h, with ±20 % jitter.
     pub retry_base: Duration,
-    /// Age after which a failing event is given up, once it has had `MIN_ATTEMPTS`.
-    pub give_up_after: Duration,
     /// Pause between rounds when the last one found less than a batch.
     pub poll: Duration,
 }
 
 impl Default for WebhookSettings {
-    /// Retries for 26 hours: 30 s after the first failure, then 1, 2, 4 ... minutes, doubling
-    /// up to every 4 hours.
+    /// Retries until delivered: 30 s after the first failure, then 1, 2, 4 ... minutes,
+    /// doubling up to every 4 hours.
     fn default() -> Self {
         WebhookSettings {
             allow_private: false,
             lease: Duration::from_secs(60),
             batch: 32,
             retry_base: Duration::from_secs(30),
-            give_up_after: Duration::from_secs(26 * 3600),
             poll: Duration::from_secs(2),
         }
     }
@@ -66,8 +62,8 @@ const CLAIM: &str = "
             ORDER BY next_attempt_at
             LIMIT $2
             FOR UPDATE SKIP LOCKED)
-        RETURNING id, app_id, payload, attempts, created_at, claimed_until)
-    SELECT c.id, c.app_id, c.payload, c.attempts, c.created_at, c.claimed_until,
+        RETURNING id, app_id, payload, attempts, claimed_until)
+    SELECT c.id, c.app_id, c.payload, c.attempts, c.claimed_until,
            a.webhook_url, a.webhook_secret
     FROM claimed c LEFT JOIN apps a ON a.id = c.app_id";
 
@@ -78,7 +74,6 @@ pub(super) struct Claimed {
     pub(super) app_id: i64,
     pub(super) payload: String,
     pub(super) attempts: i32,
-    pub(super) created_at: DateTime<Utc>,
     /// The lease taken, and the token to record the outcome with.
     pub(super) claimed_until: DateTime<Utc>,
     pub(super) webhook_url: Option<String>,
@@ -179,17 +174,13 @@ impl Deliverer {
             .bind(i32::from(status)),
             Outcome::Failed { status, error } => {
                 let attempts = event.attempts + 1;
-                let age = (Utc::now() - event.created_at).to_std().unwrap_or_default();
-                let give_up = gives_up(age, attempts, self.settings.give_up_after);
                 let jitter = rand::rng().random_range(0.8..=1.2);
                 let delay = backoff(self.settings.retry_base, attempts, jitter);
                 tracing::warn!(event = %event.id, app = event.app_id, attempts, status,
-                    error = %error, gave_up = give_up, "webhook delivery failed");
+                    error = %error, "webhook delivery failed");
                 sqlx::query(
                     "UPDATE webhook_events SET attempts = $3, last_status = $4, last_error = $5,
-                         gave_up_at = CASE WHEN $6 THEN now() END,
-                         next_attempt_at = CASE WHEN $6 THEN next_attempt_at
-                             ELSE now() + make_interval(secs => $7) END,
+                         next_attempt_at = now() + make_interval(secs => $6),
                          claimed_until = NULL
                      WHERE id = $1 AND claimed_until = $2",
                 )
@@ -198,7 +189,6 @@ impl Deliverer {
                 .bind(attempts)
                 .bind(status.map(i32::from))
                 .bind(error)
-                .bind(give_up)
                 .bind(delay.as_secs_f64())
             }
             Outcome::GiveUp(why) => {
@@ -240,11 +230,6 @@ fn backoff(base: Duration, attempts: i32, jitter: f64) -> Duration {
     let exp = u32::try_from(attempts.clamp(1, 32) - 1).unwrap_or(0);
     let full = base.saturating_mul(2u32.saturating_pow(exp)).min(MAX_DELAY);
     full.mul_f64(jitter)
-}
-
-/// Whether a failing event is given up: old enough and tried enough, both.
-fn gives_up(age: Duration, attempts: i32, give_up_after: Duration) -> bool {
-    attempts >= MIN_ATTEMPTS && age >= give_up_after
 }
 
 #[cfg(test)]
