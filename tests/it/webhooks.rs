@@ -64,7 +64,6 @@ fn settings(allow_private: bool) -> WebhookSettings {
         batch: 16,
         retry_base: Duration::from_millis(1),
         poll: Duration::from_millis(50),
-        ..WebhookSettings::default()
     }
 }
 
