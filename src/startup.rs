@@ -248,6 +248,7 @@ pub async fn launch(
         outbox,
         apps,
         webhooks,
+        outcomes,
         ..
     } = services;
 
@@ -281,6 +282,7 @@ pub async fn launch(
     tasks.spawn(outbox.run(stop.clone()));
     tasks.spawn(webhooks.run(stop.clone()));
     tasks.spawn(invites.watch_deferred(stop.clone()));
+    tasks.spawn(outcomes.watch_uncounted(stop.clone()));
     tasks.spawn(
         changes::Watched {
             rules,

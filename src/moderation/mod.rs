@@ -369,6 +369,15 @@ pub async fn hold(tx: &mut Transaction<'_, Postgres>, flag: &Flag<'_>) -> Result
     announce(tx, flag.sender, EventType::InviteHeld, data).await
 }
 
+/// Flags a sender for review and holds nothing: a `hold` rule of bounces or complaints, which
+/// arrive after their invite went out (so no `invite.held` is announced).
+pub async fn flag_for_review(
+    tx: &mut Transaction<'_, Postgres>,
+    flag: &Flag<'_>,
+) -> Result<(), sqlx::Error> {
+    record_flag(tx, flag, "hold", false).await
+}
+
 /// Writes a webhook event about `sender` into the outbox, in the caller's transaction, when
 /// the sender's app has a webhook.
 pub async fn announce(

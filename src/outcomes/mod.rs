@@ -1,19 +1,24 @@
 //! What happened to a delivered invite, reported later (DESIGN.md §2, §4): a bounce, a
-//! complaint, or the recipient accepting. Each is recorded once per invite and type, then
+//! complaint, or the recipient accepting. Each is recorded once per invite and type, and
 //! counted against the sender of the invite, at the time it arrives, by every rule of its
 //! signal; a rule it exceeds flags (and for `shadow_ban`, bans) that sender at once, so the
-//! next invite is held.
+//! next invite is held. One that arrives while Redis does not answer is recorded all the same
+//! and counted, at its time, once Redis answers again.
 
 pub mod http;
 
 use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 
 use sqlx::PgPool;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
-use crate::moderation::{self, Flag, SenderStates};
+use crate::moderation::{self, Flag, SenderState, SenderStates};
 use crate::rules::{Action, RuleCache, Signal, Subjects};
 use crate::sender::SenderKey;
 
@@ -65,7 +70,7 @@ pub enum OutcomeError {
     NotFound,
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
-    /// Not counted, so not kept: the limiter did not answer.
+    /// The limiter did not answer (an outcome is kept, to be counted later).
     #[error("limiter: {0}")]
     Limiter(#[from] LimiterError),
 }
@@ -89,6 +94,9 @@ pub struct Outcomes {
     /// Confirm a repeat offender's ban without waiting for review.
     pub confirm_repeat: bool,
 }
+
+/// Uncounted outcomes counted per transaction.
+const RECOUNT_BATCH: i64 = 100;
 
 /// The invite an outcome is about.
 #[derive(sqlx::FromRow)]
@@ -120,57 +128,138 @@ impl Outcomes {
         .await?;
         let of = of.ok_or(OutcomeError::NotFound)?;
         let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
+        // Recorded and counted in one transaction: a retry of the same outcome waits on the
+        // row until this one is decided, and is then answered as a repeat.
         let mut tx = self.pool.begin().await?;
         let new = sqlx::query(
-            "INSERT INTO outcomes (invite_id, type, app_id, sender_id) VALUES ($1, $2, $3, $4)
+            "INSERT INTO outcomes (invite_id, type, app_id, sender_id, counted)
+             VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT DO NOTHING",
         )
         .bind(invite_id)
         .bind(kind.as_str())
         .bind(sender.app_id)
         .bind(&sender.id)
+        .bind(kind.signal().is_none())
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
-        if new && kind == OutcomeType::Accepted {
+        if !new {
+            return Ok(Recorded::Again);
+        }
+        if kind == OutcomeType::Accepted {
             sqlx::query("UPDATE senders SET accepted = accepted + 1 WHERE app_id = $1 AND id = $2")
                 .bind(sender.app_id)
                 .bind(&sender.id)
                 .execute(&mut *tx)
                 .await?;
         }
+        let mut flagged = false;
+        if let Some(signal) = kind.signal() {
+            match self
+                .count(&mut tx, &of, &sender, signal, invite_id, None)
+                .await
+            {
+                Ok(f) => {
+                    flagged = f;
+                    mark_counted(&mut tx, invite_id, kind.as_str()).await?;
+                }
+                Err(OutcomeError::Limiter(e)) => {
+                    tracing::warn!(error = %e, invite = %invite_id, kind = kind.as_str(),
+                        "outcome kept uncounted until Redis answers");
+                }
+                Err(e) => return Err(e),
+            }
+        }
         tx.commit().await?;
-        if !new {
-            return Ok(Recorded::Again);
-        }
-        if kind == OutcomeType::Accepted {
-            // A sender's acceptances make it less new: the cached standing is stale.
+        if flagged || kind == OutcomeType::Accepted {
+            // A new state, or acceptances that make the sender less new: the cached standing
+            // is stale.
             self.senders.forget(&sender);
-        }
-        if let Some(signal) = kind.signal()
-            && let Err(e) = self.count(&of, &sender, signal, invite_id).await
-        {
-            // Not counted: forget it, so that the caller's retry records and counts it once.
-            sqlx::query("DELETE FROM outcomes WHERE invite_id = $1 AND type = $2")
-                .bind(invite_id)
-                .bind(kind.as_str())
-                .execute(&self.pool)
-                .await?;
-            return Err(e);
         }
         Ok(Recorded::New)
     }
 
-    /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender
-    /// for each flagging rule it now exceeds.
+    /// Counts one batch of the outcomes kept uncounted while Redis did not answer, oldest first,
+    /// each at the time it arrived; returns how many were counted (0 while Redis still does not
+    /// answer). An outcome whose invite retention has dropped is marked counted without a count.
+    pub async fn count_uncounted(&self) -> Result<usize, OutcomeError> {
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<Uncounted> = sqlx::query_as(
+            "SELECT o.invite_id, o.type AS kind, o.at, i.app_id, i.sender_id, i.sender_ip,
+                 i.recipient, i.recipient_domain
+             FROM outcomes o LEFT JOIN invites i ON i.id = o.invite_id
+             WHERE NOT o.counted ORDER BY o.at LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
+        )
+        .bind(RECOUNT_BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut counted = 0;
+        let mut flagged = Vec::new();
+        for row in &rows {
+            let signal = row
+                .kind
+                .parse::<OutcomeType>()
+                .ok()
+                .and_then(OutcomeType::signal);
+            if let (Some(signal), Some(of)) = (signal, row.of()) {
+                let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
+                let at_ms = row.at.timestamp_millis().max(0) as u64;
+                match self
+                    .count(&mut tx, &of, &sender, signal, row.invite_id, Some(at_ms))
+                    .await
+                {
+                    Ok(true) => flagged.push(sender),
+                    Ok(false) => {}
+                    // Still down: what was counted so far is marked, the rest waits.
+                    Err(OutcomeError::Limiter(_)) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            mark_counted(&mut tx, row.invite_id, &row.kind).await?;
+            counted += 1;
+        }
+        tx.commit().await?;
+        for sender in &flagged {
+            self.senders.forget(sender);
+        }
+        if counted > 0 {
+            tracing::info!(counted, "outcomes kept during a Redis outage counted");
+        }
+        Ok(counted)
+    }
+
+    /// Counts kept outcomes every second until `stop` is cancelled.
+    pub async fn watch_uncounted(self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.cancelled() => return,
+            }
+            loop {
+                match self.count_uncounted().await {
+                    // A full batch: there may be more at once.
+                    Ok(n) if n == RECOUNT_BATCH as usize && !stop.is_cancelled() => continue,
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "counting kept outcomes failed"),
+                }
+                break;
+            }
+        }
+    }
+
+    /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender,
+    /// in `tx`, for the strongest flagging rule it now exceeds; true when it did.
     async fn count(
         &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         of: &Of,
         sender: &SenderKey,
         signal: Signal,
         invite_id: Uuid,
-    ) -> Result<(), OutcomeError> {
+        at_ms: Option<u64>,
+    ) -> Result<bool, OutcomeError> {
         let subjects = Subjects {
             sender,
             sender_ip: of.sender_ip.as_deref(),
@@ -192,14 +281,14 @@ impl Outcomes {
             .iter()
             .map(|(r, key)| Check::new(key, &r.quota, 1))
             .collect();
-        let decisions = self.limiter.check_batch(&checks, None).await?;
+        let decisions = self.limiter.check_batch(&checks, at_ms).await?;
         let breach = rules
             .iter()
             .zip(&decisions)
             .filter(|((r, _), d)| !d.allowed && r.action.flags())
             .max_by_key(|((r, _), _)| r.action);
         let Some(((rule, _), decision)) = breach else {
-            return Ok(());
+            return Ok(false);
         };
         let flag = Flag {
             sender,
@@ -211,14 +300,62 @@ impl Outcomes {
             window_secs: (rule.quota.window_ms / 1000) as i64,
             invite_id: Some(invite_id),
         };
-        let mut tx = self.pool.begin().await?;
-        if rule.action == Action::ShadowBan {
-            moderation::shadow_ban(&mut tx, &flag, self.confirm_repeat).await?;
-        } else {
-            moderation::hold(&mut tx, &flag).await?;
+        // Rules do not apply to a trusted sender (DESIGN.md §2).
+        let state: Option<String> = sqlx::query_scalar(
+            "SELECT state FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+        )
+        .bind(sender.app_id)
+        .bind(&sender.id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if state.as_deref() == Some(SenderState::Trusted.as_str()) {
+            return Ok(false);
         }
-        tx.commit().await?;
-        self.senders.forget(sender);
-        Ok(())
+        if rule.action == Action::ShadowBan {
+            moderation::shadow_ban(tx, &flag, self.confirm_repeat).await?;
+        } else {
+            // The invite went out before its outcome came: nothing is held, the sender is
+            // flagged for review.
+            moderation::flag_for_review(tx, &flag).await?;
+        }
+        Ok(true)
     }
+}
+
+/// An outcome kept uncounted, with its invite when retention has not dropped it.
+#[derive(sqlx::FromRow)]
+struct Uncounted {
+    invite_id: Uuid,
+    kind: String,
+    at: DateTime<Utc>,
+    app_id: Option<i64>,
+    sender_id: Option<String>,
+    sender_ip: Option<String>,
+    recipient: Option<String>,
+    recipient_domain: Option<String>,
+}
+
+impl Uncounted {
+    fn of(&self) -> Option<Of> {
+        Some(Of {
+            app_id: self.app_id?,
+            sender_id: self.sender_id.clone()?,
+            sender_ip: self.sender_ip.clone(),
+            recipient: self.recipient.clone()?,
+            recipient_domain: self.recipient_domain.clone()?,
+        })
+    }
+}
+
+async fn mark_counted(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    invite_id: Uuid,
+    kind: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE outcomes SET counted = true WHERE invite_id = $1 AND type = $2")
+        .bind(invite_id)
+        .bind(kind)
+        .execute(&mut **tx)
+        .await
+        .map(drop)
 }

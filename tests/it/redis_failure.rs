@@ -258,3 +258,53 @@ async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked(
         "a banned sender's invite was sent"
     );
 }
+
+/// A complaint that arrives while Redis is down is recorded (202) and counted once Redis
+/// answers again, at the time it arrived: here it is over a limit of none, so the count bans
+/// the sender. Nothing is lost, and nothing depends on the caller retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complaint_during_a_redis_outage_is_counted_once_redis_returns() {
+    let (mut redis, stage, api) = on_own_redis(
+        "outcomeoutage",
+        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        RedisPolicy::Defer,
+        300,
+    )
+    .await;
+    let (status, id) = api
+        .send(json!({"sender_id": "plain", "recipient": "c@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let id = id.expect("id");
+    redis.kill();
+    let resp = api
+        .http
+        .post(format!("{}/api/v1/events", api.base))
+        .bearer_auth(&api.key)
+        .json(&json!({"invite_id": id, "type": "complaint"}))
+        .send()
+        .await
+        .expect("event");
+    assert_eq!(resp.status(), StatusCode::ACCEPTED, "recorded, not refused");
+    let counted = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT counted FROM outcomes WHERE invite_id::text = $1 AND type = 'complaint'",
+        )
+        .bind(&id)
+        .fetch_optional(&stage.pool)
+        .await
+        .expect("outcome")
+    };
+    assert_eq!(counted().await, Some(false), "kept, waiting to be counted");
+    redis.restart().await;
+    let banned = wait_for(Duration::from_secs(15), || async {
+        sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'plain'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("state")
+            == "shadow_banned"
+    })
+    .await;
+    assert!(banned, "the complaint was counted against its sender");
+    assert_eq!(counted().await, Some(true));
+}

@@ -584,3 +584,40 @@ async fn a_relay_refusing_the_sender_counts_no_bounce_and_loses_nothing() {
     assert!(sent, "the invite was not sent once the relay was fixed");
     assert_eq!(stage.sink.messages().len(), 1);
 }
+
+/// A `hold` rule of complaints flags an active sender for review, announcing no held invite
+/// (the invite went out before its complaint came), and rules do not apply to a trusted
+/// sender: its complaint over the limit flags nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_one() {
+    let stage = Stage::start(
+        "complainthold",
+        &["UPDATE rules SET action = 'hold', limit_count = 0
+           WHERE name = 'sender-complaints-daily'"],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let mut ids = Vec::new();
+    for sender in ["ordinary", "vouched"] {
+        let (status, id) = api
+            .send(json!({"sender_id": sender, "recipient": format!("{sender}@example.com")}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    sqlx::query("UPDATE senders SET state = 'trusted' WHERE id = 'vouched'")
+        .execute(&stage.pool)
+        .await
+        .expect("trust");
+    for id in &ids {
+        assert_eq!(event(&api, id, "complaint").await, StatusCode::ACCEPTED);
+    }
+    let flags: Vec<(String, String)> =
+        sqlx::query_as("SELECT sender_id, action FROM flags ORDER BY sender_id")
+            .fetch_all(&stage.pool)
+            .await
+            .expect("flags");
+    assert_eq!(flags, [("ordinary".to_owned(), "hold".to_owned())]);
+    assert_eq!(state(&stage.pool, "ordinary").await, "active");
+    assert_eq!(state(&stage.pool, "vouched").await, "trusted");
+}
