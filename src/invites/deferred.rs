@@ -65,7 +65,7 @@ impl InviteService {
             }
             let mut decision = d.decision;
             decision.deferred = true;
-            store::settle_deferred(&mut tx, row, d.status, &decision).await?;
+            store::settle_deferred(&mut tx, row, d.status, &decision, self.held_cap).await?;
         }
         tx.commit().await?;
         if !answered.is_empty() {

@@ -308,3 +308,62 @@ async fn a_complaint_during_a_redis_outage_is_counted_once_redis_returns() {
     assert!(banned, "the complaint was counted against its sender");
     assert_eq!(counted().await, Some(true));
 }
+
+/// A banned sender's invites sent during a Redis outage are deferred, then held when checked:
+/// they keep to the held cap as held invites written at once do, the rest counted and stored
+/// without their text, instead of every one of them kept whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_invites_of_a_banned_sender_keep_to_the_held_cap() {
+    let mut redis = RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_with("deferredcap", &[], |cfg| {
+        cfg.redis_url = url;
+        cfg.redis_timeout_ms = 300;
+        cfg.on_redis_error = RedisPolicy::Defer;
+        cfg.held_cap = 2;
+    })
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    api.accepted("outcast", "first@example.com").await;
+    sqlx::query("UPDATE senders SET state = 'banned', version = version + 1 WHERE id = 'outcast'")
+        .execute(&stage.pool)
+        .await
+        .expect("ban");
+    redis.kill();
+    for n in 0..5 {
+        let resp = api
+            .invite(
+                json!({"sender_id": "outcast", "recipient": format!("o{n}@example.com"),
+                "message": "a long pitch"}),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    redis.restart().await;
+    let checked = wait_for(Duration::from_secs(15), || async {
+        !statuses(&stage.pool)
+            .await
+            .iter()
+            .any(|(s, _)| s == "deferred")
+    })
+    .await;
+    assert!(checked, "{:?}", statuses(&stage.pool).await);
+    let kept: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT status, count(*), count(message) FROM invites
+         WHERE sender_id = 'outcast' AND recipient LIKE 'o%' GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&stage.pool)
+    .await
+    .expect("invites");
+    assert_eq!(
+        kept,
+        [("discarded".to_owned(), 3, 0), ("held".to_owned(), 2, 2)],
+        "two held whole, three past the cap without their text"
+    );
+    let (stored, overflow): (i64, i64) =
+        sqlx::query_as("SELECT held_stored, held_overflow FROM senders WHERE id = 'outcast'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("sender");
+    assert_eq!((stored, overflow), (2, 3));
+}

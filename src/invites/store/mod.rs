@@ -302,13 +302,49 @@ pub async fn claim_deferred(
     .await
 }
 
-/// Gives a deferred invite its verdict; a held one counts against the sender's stored held.
+/// Gives a deferred invite its verdict. A held one takes a slot under its sender's cap, as
+/// one written at once does: past it, the invite keeps only what idempotency needs, as
+/// `discarded`, and the sender's overflow counts it. The caller holds the sender's row.
 pub async fn settle_deferred(
     tx: &mut Transaction<'_, Postgres>,
     invite: &DeferredInvite,
     status: Status,
     decision: &DecisionRecord,
+    held_cap: i64,
 ) -> Result<(), sqlx::Error> {
+    let mut over_cap = false;
+    if status == Status::Held {
+        let stored: Option<i64> =
+            sqlx::query_scalar("SELECT held_stored FROM senders WHERE app_id = $1 AND id = $2")
+                .bind(invite.app_id)
+                .bind(&invite.sender_id)
+                .fetch_optional(&mut **tx)
+                .await?;
+        over_cap = stored.is_some_and(|stored| stored >= held_cap);
+        sqlx::query(
+            "UPDATE senders SET held_stored = held_stored + (NOT $3)::int,
+                 held_overflow = held_overflow + $3::int
+             WHERE app_id = $1 AND id = $2",
+        )
+        .bind(invite.app_id)
+        .bind(&invite.sender_id)
+        .bind(over_cap)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if over_cap {
+        sqlx::query(
+            "UPDATE invites SET status = 'discarded', decision = '{\"reason\": \"held_cap\"}',
+                 resource = NULL, message = NULL, sender_name = NULL, accept_url = NULL,
+                 next_attempt_at = NULL
+             WHERE id = $1 AND created_at = $2",
+        )
+        .bind(invite.id)
+        .bind(invite.created_at)
+        .execute(&mut **tx)
+        .await?;
+        return Ok(());
+    }
     sqlx::query(
         "UPDATE invites SET status = $2, decision = $3,
              next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
@@ -320,14 +356,5 @@ pub async fn settle_deferred(
     .bind(invite.created_at)
     .execute(&mut **tx)
     .await?;
-    if status == Status::Held {
-        sqlx::query(
-            "UPDATE senders SET held_stored = held_stored + 1 WHERE app_id = $1 AND id = $2",
-        )
-        .bind(invite.app_id)
-        .bind(&invite.sender_id)
-        .execute(&mut **tx)
-        .await?;
-    }
     Ok(())
 }

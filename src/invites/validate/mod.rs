@@ -58,7 +58,8 @@ pub struct Invite {
     pub recipient: String,
     #[schema(schema_with = ip_address)]
     pub sender_ip: Option<String>,
-    /// What the sender invites to, in the calling app; single line.
+    /// What the sender invites to, in the calling app; single line, and not `.` or `..`
+    /// (an app's link template may put it in a path segment).
     #[schema(max_length = 256, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub resource: Option<String>,
     /// The sender's own words. Line breaks and tabs allowed; no other control characters.
@@ -178,6 +179,11 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
     };
 
     let resource = optional_line("resource", invite.resource, RESOURCE_MAX)?;
+    // An app's link template may put the resource in a path segment of its own, where `.` and
+    // `..` (however encoded) would move the link to another path of the app.
+    if matches!(resource.as_deref(), Some("." | "..")) {
+        return Err(field_error("resource", "must not be `.` or `..`"));
+    }
     let sender_name = optional_line("sender_name", invite.sender_name, SENDER_NAME_MAX)?;
     // The name goes into the Subject under the operator's domain: a name that reads as a
     // domain, a URL or an address ("paypal.com security") would lend it that authority.

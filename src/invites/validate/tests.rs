@@ -52,6 +52,19 @@ fn each_bad_field_is_named() {
         field_of(r#"{"sender_id":"u","recipient":"a@b.co","sender_name":"x\r\nBcc: y"}"#),
         Some("sender_name")
     );
+    for dots in [".", ".."] {
+        assert_eq!(
+            field_of(&format!(
+                r#"{{"sender_id":"u","recipient":"a@b.co","resource":"{dots}"}}"#
+            )),
+            Some("resource"),
+            "a dot segment in the app's link: {dots}"
+        );
+    }
+    for fine in ["...", "a..b", ".hidden"] {
+        let body = format!(r#"{{"sender_id":"u","recipient":"a@b.co","resource":"{fine}"}}"#);
+        assert!(parse(body.as_bytes()).is_ok(), "{fine}");
+    }
     let long = "x".repeat(2001);
     assert_eq!(
         field_of(&format!(
