@@ -201,11 +201,14 @@ pub async fn apply(
         Some(s) => s,
         None => state.parse().unwrap_or(SenderState::Active),
     };
+    // A lift remembers when a ban ended (a ban within MEMORY_DAYS after is a repeat offence);
+    // a trusted sender made active again was never banned.
     let version: i64 = sqlx::query_scalar(
         "UPDATE senders SET state = $2, version = version + 1, state_changed_at = now(),
              state_changed_by = $4,
              held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END,
-             lifted_at = CASE WHEN $5 THEN now() ELSE lifted_at END
+             lifted_at = CASE WHEN $5 AND state IN ('shadow_banned', 'banned') THEN now()
+                 ELSE lifted_at END
          WHERE app_id = $6 AND id = $1 RETURNING version",
     )
     .bind(&sender.id)

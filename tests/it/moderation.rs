@@ -359,3 +359,28 @@ async fn a_lift_whose_counters_cannot_be_cleared_changes_nothing() {
         .expect("state");
     assert_eq!(state, "shadow_banned", "the lift is not applied");
 }
+
+/// A trusted sender returned to `active` (the page offers the lift for any state but active)
+/// was never banned: it is not remembered as lifted, so its first breach after is a first
+/// offence, not a repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_sender_made_active_again_is_no_repeat_offender_at_its_first_breach() {
+    let stage = Stage::new("untrust").await;
+    stage.invite("vouched", "v0@example.com").await;
+    for action in [ReviewAction::MarkTrusted, ReviewAction::LiftAndRelease] {
+        let seen = stage.version("vouched").await;
+        stage
+            .review("vouched", action, seen)
+            .await
+            .expect(action.as_str());
+    }
+    for n in 1..5 {
+        stage.invite("vouched", &format!("v{n}@example.com")).await;
+    }
+    let (state, repeat): (String, bool) =
+        sqlx::query_as("SELECT state, repeat_offender FROM senders WHERE id = 'vouched'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("sender");
+    assert_eq!((state.as_str(), repeat), ("shadow_banned", false));
+}
