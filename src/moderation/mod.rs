@@ -13,6 +13,7 @@ use crate::audit::{self, Entry};
 use crate::batch::{BatchError, Batcher};
 use crate::cache::TtlCache;
 use crate::db::KeptConnections;
+use crate::rules::Signal;
 use crate::sender::SenderKey;
 use crate::webhooks::{self, EventType};
 
@@ -318,7 +319,7 @@ pub async fn shadow_ban(
                  THEN 'banned' ELSE 'shadow_banned' END,
              repeat_offender = repeat_offender
                  OR COALESCE(lifted_at > now() - make_interval(days => $4), false),
-             version = version + 1, state_changed_at = now(), state_changed_by = 'system'
+             version = version + 1, state_changed_at = now(), state_changed_by = $5
          WHERE app_id = $1 AND id = $2 AND state = 'active'
          RETURNING state, COALESCE(lifted_at > now() - make_interval(days => $4), false)",
     )
@@ -326,6 +327,7 @@ pub async fn shadow_ban(
     .bind(&flag.sender.id)
     .bind(confirm_repeat)
     .bind(MEMORY_DAYS)
+    .bind(banned_by(flag.signal))
     .fetch_optional(&mut **tx)
     .await?;
     let Some((state, repeat)) = changed else {
@@ -356,6 +358,20 @@ pub async fn shadow_ban(
     remember_addresses(tx, flag.sender).await?;
     Ok(Some(state))
 }
+
+/// Who a rule's ban is by. The batch statement still writes an invite of the sender's own
+/// burst that was checked under the limit before the burst's ban (by `system`); a ban for
+/// bounces or complaints is no count such an invite took part in, and holds it.
+fn banned_by(signal: &str) -> &'static str {
+    if signal.parse::<Signal>().is_ok_and(Signal::is_outcome) {
+        BY_OUTCOMES
+    } else {
+        audit::SYSTEM
+    }
+}
+
+/// The author of a ban for bounces or complaints, in `senders.state_changed_by`.
+const BY_OUTCOMES: &str = "system:outcomes";
 
 /// Flags a sender for review without changing its state: a `hold` breach. The app hears of
 /// the held invite through its webhook.

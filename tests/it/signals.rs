@@ -621,3 +621,60 @@ async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_o
     assert_eq!(state(&stage.pool, "ordinary").await, "active");
     assert_eq!(state(&stage.pool, "vouched").await, "trusted");
 }
+
+/// An invite checked while its sender was active, whose write waits, and a complaint that bans
+/// the sender meanwhile: the invite is held, not sent. (An invite of the sender's own burst,
+/// checked under the limit before the burst's ban, is still written as sent: its count was
+/// decided first. A complaint's ban is not a count this invite took part in.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
+    let stage = Stage::start(
+        "complaintinflight",
+        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let (status, first) = api
+        .send(json!({"sender_id": "moody", "recipient": "one@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Every batch statement waits on the table lock, after its invite was checked.
+    let mut lock = stage.pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let sender = api.clone();
+    let second = tokio::spawn(async move {
+        sender
+            .send(json!({"sender_id": "moody", "recipient": "two@example.com"}))
+            .await
+    });
+    let db = stage.db.name.clone();
+    let waiting = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&db)
+        .fetch_one(&mut crate::support::app::admin().await)
+        .await
+        .expect("pg_stat_activity")
+            >= 1
+    })
+    .await;
+    assert!(waiting, "the second invite's write waits");
+    assert_eq!(
+        event(&api, &first.expect("id"), "complaint").await,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(state(&stage.pool, "moody").await, "shadow_banned");
+    lock.rollback().await.expect("release");
+    let (status, second) = second.await.expect("second");
+    assert_eq!(status, StatusCode::OK, "answered as any invite");
+    let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id::text = $1")
+        .bind(second.expect("id"))
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_eq!(status, "held", "written after the ban");
+}

@@ -56,8 +56,9 @@ pub struct Assumed {
     pub state: SenderState,
     pub version: i64,
     /// The counters let it through every rule: it is also written when the only change since
-    /// its sender was read is a ban by a rule (a later invite of its own burst, counted after
-    /// it, committed first). A ban by a person still holds it.
+    /// its sender was read is a ban by a rule counting invites (a later invite of its own
+    /// burst, counted after it, committed first). A ban by a person, or for bounces or
+    /// complaints, still holds it.
     pub admitted: bool,
 }
 
