@@ -54,6 +54,25 @@ pub enum StartError {
     Webhooks(#[from] WebhookError),
 }
 
+/// The public URL is the base of the unsubscribe and report links of every email: it must be
+/// a link an email may carry (https, or http to this machine for a local setup). One on this
+/// machine while mail goes to an SMTP server is most likely the default left in place, and
+/// said at start: recipients could neither unsubscribe nor report.
+fn public_links(cfg: &Config) -> Result<(), StartError> {
+    let public = crate::urls::email_link(&cfg.public_url).map_err(|e| {
+        StartError::Config(format!(
+            "SENDGUARD_PUBLIC_URL {e}; it is the base of the unsubscribe and report links of \
+             every email"
+        ))
+    })?;
+    if cfg.smtp_url.is_some() && crate::urls::is_loopback(&public) {
+        tracing::warn!(public_url = %cfg.public_url,
+            "mail goes to an SMTP server but SENDGUARD_PUBLIC_URL is on this machine: \
+             recipients cannot reach the unsubscribe and report links of its emails");
+    }
+    Ok(())
+}
+
 /// Everything an instance is made of, connected and ready to serve.
 pub struct Services {
     pub pool: PgPool,
@@ -92,6 +111,7 @@ impl Services {
         let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
         let limiter = counters(cfg).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
+        public_links(cfg)?;
         let transport =
             Transport::new(cfg.smtp_url.as_deref(), cfg.smtp_connections, &cfg.mail_dir)?;
         let metrics = Metrics::default();

@@ -563,3 +563,30 @@ async fn a_burst_sends_exactly_the_limit() {
         [("held".to_owned(), 35), ("sent".to_owned(), 5)]
     );
 }
+
+/// The public URL is the base of every email's unsubscribe and report links: one an email may
+/// not carry (plain http to another machine, a user and password in it, no URL at all) stops
+/// the start with a message naming it, instead of links that go nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_refuses_a_public_url_its_emails_cannot_carry() {
+    let (db, _pool) = migrated("publicurl", &[]).await;
+    for bad in [
+        "http://links.example",
+        "https://user:secret@links.example",
+        "links.example",
+    ] {
+        let mut cfg = config(&db, None);
+        cfg.public_url = bad.to_owned();
+        match sendguard::start(&cfg).await {
+            Err(sendguard::StartError::Config(e)) => {
+                assert!(e.contains("SENDGUARD_PUBLIC_URL"), "{bad}: {e}")
+            }
+            Err(e) => panic!("{bad}: {e}"),
+            Ok(_) => panic!("{bad}: started"),
+        }
+    }
+    let mut cfg = config(&db, None);
+    cfg.public_url = "https://links.example".to_owned();
+    let app = sendguard::start(&cfg).await.expect("an https public URL");
+    app.shutdown().await;
+}
