@@ -122,6 +122,12 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_SECRET_KEY", hide_env_values = true)]
     pub secret_key: Option<String>,
 
+    /// The key links were signed with before `SENDGUARD_SECRET_KEY` changed: links already in
+    /// inboxes still verify with it. Unset while a key is configured: the key kept in Postgres
+    /// is the previous one.
+    #[arg(long, env = "SENDGUARD_PREVIOUS_SECRET_KEY", hide_env_values = true)]
+    pub previous_secret_key: Option<String>,
+
     /// Allow webhook URLs that resolve to private addresses, and http (internal receivers).
     #[arg(long, env = "SENDGUARD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
     pub webhook_allow_private: bool,

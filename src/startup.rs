@@ -108,7 +108,12 @@ impl Services {
         .await?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
-        let links = LinkKey::load(&pool, cfg.secret_key.as_deref()).await?;
+        let links = LinkKey::load(
+            &pool,
+            cfg.secret_key.as_deref(),
+            cfg.previous_secret_key.as_deref(),
+        )
+        .await?;
         let limiter = counters(cfg).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         public_links(cfg)?;

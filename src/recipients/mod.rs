@@ -26,8 +26,8 @@ const TOKEN_BYTES: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkKeyError {
-    #[error("SENDGUARD_SECRET_KEY must have at least {MIN_SECRET_LEN} characters")]
-    TooShort,
+    #[error("{0} must have at least {MIN_SECRET_LEN} characters")]
+    TooShort(&'static str),
     #[error("the link key is missing from the database (migration 0008 creates it)")]
     Missing,
     #[error("database: {0}")]
@@ -50,36 +50,56 @@ impl Purpose {
     }
 }
 
-/// The key that signs recipients' links.
+/// The key that signs recipients' links, and the one that signed them before it, if any:
+/// links already in inboxes outlive a change of key.
 #[derive(Clone)]
-pub struct LinkKey(Arc<[u8]>);
+pub struct LinkKey {
+    current: Arc<[u8]>,
+    previous: Option<Arc<[u8]>>,
+}
 
 impl LinkKey {
     /// `SENDGUARD_SECRET_KEY` when set, else the key the first migration generated and stored.
-    pub async fn load(pool: &PgPool, configured: Option<&str>) -> Result<LinkKey, LinkKeyError> {
-        if let Some(secret) = configured.filter(|s| !s.is_empty()) {
-            if secret.len() < MIN_SECRET_LEN {
-                return Err(LinkKeyError::TooShort);
-            }
-            return Ok(LinkKey(secret.as_bytes().into()));
-        }
+    /// The previous key is `SENDGUARD_PREVIOUS_SECRET_KEY` when set, else, while a key is
+    /// configured, the stored one (so moving to a configured key breaks no link; setting a
+    /// previous key retires the stored one).
+    pub async fn load(
+        pool: &PgPool,
+        configured: Option<&str>,
+        previous: Option<&str>,
+    ) -> Result<LinkKey, LinkKeyError> {
+        let given = |key: Option<&str>, name: &'static str| match key.filter(|k| !k.is_empty()) {
+            Some(k) if k.len() < MIN_SECRET_LEN => Err(LinkKeyError::TooShort(name)),
+            Some(k) => Ok(Some(Arc::<[u8]>::from(k.as_bytes()))),
+            None => Ok(None),
+        };
+        let configured = given(configured, "SENDGUARD_SECRET_KEY")?;
+        let previous = given(previous, "SENDGUARD_PREVIOUS_SECRET_KEY")?;
         let stored: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT value FROM secrets WHERE name = 'link_key'")
                 .fetch_optional(pool)
                 .await?;
-        stored
-            .map(|k| LinkKey(k.into()))
-            .ok_or(LinkKeyError::Missing)
+        let stored = stored.map(Arc::<[u8]>::from);
+        match configured {
+            Some(current) => Ok(LinkKey {
+                current,
+                previous: previous.or(stored),
+            }),
+            None => Ok(LinkKey {
+                current: stored.ok_or(LinkKeyError::Missing)?,
+                previous,
+            }),
+        }
     }
 
-    /// The key of what distinct counts count ([`MemberKey`]), from the same secret.
+    /// The key of what distinct counts count ([`MemberKey`]), from the current secret.
     pub fn member_key(&self) -> MemberKey {
-        MemberKey::new(&self.0)
+        MemberKey::new(&self.current)
     }
 
-    fn mac(&self, purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {
+    fn mac(key: &[u8], purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {
         // HMAC takes a key of any length.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
             .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
         mac.update(purpose.as_str().as_bytes());
         mac.update(b":");
@@ -88,21 +108,26 @@ impl LinkKey {
     }
 
     pub fn token(&self, purpose: Purpose, invite: Uuid) -> String {
-        let tag = self.mac(purpose, invite).finalize().into_bytes();
+        let tag = Self::mac(&self.current, purpose, invite)
+            .finalize()
+            .into_bytes();
         URL_SAFE_NO_PAD.encode(&tag[..TOKEN_BYTES])
     }
 
-    /// Whether `token` is this key's token for `purpose` on `invite`, compared in constant
-    /// time.
+    /// Whether `token` is the current or the previous key's token for `purpose` on `invite`,
+    /// compared in constant time.
     pub fn verify(&self, purpose: Purpose, invite: Uuid, token: &str) -> bool {
         let Ok(given) = URL_SAFE_NO_PAD.decode(token) else {
             return false;
         };
         given.len() == TOKEN_BYTES
-            && self
-                .mac(purpose, invite)
-                .verify_truncated_left(&given)
-                .is_ok()
+            && std::iter::once(&self.current)
+                .chain(&self.previous)
+                .any(|key| {
+                    Self::mac(key, purpose, invite)
+                        .verify_truncated_left(&given)
+                        .is_ok()
+                })
     }
 
     /// The link of `purpose` for `invite`, under the service's public URL.
@@ -201,15 +226,23 @@ pub async fn remove(
 mod tests {
     use super::*;
 
+    /// A key of 32 `byte`s, with no previous one.
+    fn key_of(byte: u8) -> LinkKey {
+        LinkKey {
+            current: [byte; 32].into(),
+            previous: None,
+        }
+    }
+
     #[test]
     fn a_token_opens_one_purpose_of_one_invite() {
-        let key = LinkKey(b"k".repeat(32).into());
+        let key = key_of(b'k');
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let token = key.token(Purpose::Unsubscribe, a);
         assert!(key.verify(Purpose::Unsubscribe, a, &token));
         assert!(!key.verify(Purpose::Report, a, &token));
         assert!(!key.verify(Purpose::Unsubscribe, b, &token));
-        let other = LinkKey(b"j".repeat(32).into());
+        let other = key_of(b'j');
         assert!(!other.verify(Purpose::Unsubscribe, a, &token));
         let mut tampered = token.clone().into_bytes();
         tampered[0] = if tampered[0] == b'A' { b'B' } else { b'A' };
@@ -220,8 +253,21 @@ mod tests {
     }
 
     #[test]
+    fn a_previous_key_verifies_and_never_signs() {
+        let (old, invite) = (key_of(b'o'), Uuid::new_v4());
+        let token = old.token(Purpose::Report, invite);
+        let rotated = LinkKey {
+            previous: Some(old.current.clone()),
+            ..key_of(b'n')
+        };
+        assert!(rotated.verify(Purpose::Report, invite, &token));
+        assert_ne!(rotated.token(Purpose::Report, invite), token);
+        assert!(!key_of(b'n').verify(Purpose::Report, invite, &token));
+    }
+
+    #[test]
     fn links_live_under_the_public_url() {
-        let key = LinkKey(b"k".repeat(32).into());
+        let key = key_of(b'k');
         let id = Uuid::nil();
         let link = key.link("https://guard.example/", Purpose::Report, id);
         assert!(link.starts_with(&format!("https://guard.example/r/{id}/report?t=")));

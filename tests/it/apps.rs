@@ -449,3 +449,75 @@ async fn the_dashboard_keeps_apps_apart() {
         .expect("get");
     assert_eq!(denied.status(), StatusCode::FORBIDDEN);
 }
+
+/// Links already in inboxes keep working when the signing key changes: moving from the key
+/// kept in the database to `SENDGUARD_SECRET_KEY`, and from one configured key to the next
+/// with the old one as `SENDGUARD_PREVIOUS_SECRET_KEY` (which retires the stored key). A key
+/// that never signed them still finds them changed (404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_signed_with_a_former_key_still_unsubscribe() {
+    let stage = Stage::start("linkrotation", &[]).await;
+    let web = Api::new(stage.base(), api_key(&stage.pool).await);
+    web.accepted("bo", "ana@example.com").await;
+    let stored_link = unsubscribe_link(&delivered(&stage, 1).await[0]);
+    let (first, second) = ("a".repeat(40), "b".repeat(40));
+    let with_keys = |current: &str, previous: Option<&str>| {
+        let mut cfg = crate::support::app::config(&stage.db, Some(stage.sink.url()));
+        cfg.secret_key = Some(current.to_owned());
+        cfg.previous_secret_key = previous.map(str::to_owned);
+        cfg
+    };
+    let unsubscribe = |base: String, link: String| async move {
+        reqwest::Client::new()
+            .post(link.replace(PUBLIC, &base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("List-Unsubscribe=One-Click")
+            .send()
+            .await
+            .expect("post")
+            .status()
+    };
+    // The first configured key: links of the stored key still work; its own are signed anew.
+    let moved = sendguard::start(&with_keys(&first, None))
+        .await
+        .expect("start");
+    let moved_base = format!("http://{}", moved.addr);
+    assert_eq!(
+        unsubscribe(moved_base.clone(), stored_link.clone()).await,
+        StatusCode::OK
+    );
+    let api = Api::new(moved_base, api_key(&stage.pool).await);
+    api.accepted("bo", "cy@example.com").await;
+    let first_link = unsubscribe_link(&delivered(&stage, 2).await[1]);
+    assert_ne!(first_link, stored_link);
+    moved.shutdown().await;
+    // The next key, with the first as the previous one.
+    let rotated = sendguard::start(&with_keys(&second, Some(&first)))
+        .await
+        .expect("start");
+    let rotated_base = format!("http://{}", rotated.addr);
+    assert_eq!(
+        unsubscribe(rotated_base.clone(), first_link.clone()).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        unsubscribe(rotated_base, stored_link).await,
+        StatusCode::NOT_FOUND,
+        "a previous key set retires the stored one"
+    );
+    rotated.shutdown().await;
+    // A key that never signed them.
+    let stranger = sendguard::start(&with_keys(&"c".repeat(40), None))
+        .await
+        .expect("start");
+    assert_eq!(
+        unsubscribe(format!("http://{}", stranger.addr), first_link).await,
+        StatusCode::NOT_FOUND
+    );
+    stranger.shutdown().await;
+    let suppressed: i64 = sqlx::query_scalar("SELECT count(*) FROM suppressions")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("count");
+    assert_eq!(suppressed, 2);
+}

@@ -168,6 +168,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         held_cap: 1000,
         db_writers: 2,
         secret_key: None,
+        previous_secret_key: None,
         webhook_allow_private: true,
         new_sender_days: 7,
         repeat_auto_confirm: false,
