@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use super::SenderState;
 use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
-use crate::rules::{self, RuleCache, Scope};
+use crate::rules::{self, Rule, RuleCache, Scope};
 use crate::sender::SenderKey;
 use crate::webhooks::EventType;
 
@@ -263,21 +263,37 @@ pub async fn apply(
         .bind(&sender.id)
         .fetch_all(&mut *tx)
         .await?;
-        let ips: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT sender_ip FROM invites
-             WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL",
-        )
-        .bind(sender.app_id)
-        .bind(&sender.id)
-        .fetch_all(&mut *tx)
-        .await?;
         let tripped: BTreeSet<String> = tripped.into_iter().collect();
-        let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
-        for rule in rules
+        let tripped: Vec<Rule> = rules
             .all()
             .into_iter()
             .filter(|r| tripped.contains(&r.name))
-        {
+            .collect();
+        // The addresses the sender used within the longest window of a tripped IP rule: an
+        // older one counts nothing now, and the sender's whole history is not read while its
+        // row is locked.
+        let ip_window = tripped
+            .iter()
+            .filter(|r| r.scope == Scope::Ip)
+            .map(|r| r.quota.window_ms)
+            .max();
+        let ips: Vec<String> = match ip_window {
+            None => Vec::new(),
+            Some(window_ms) => {
+                sqlx::query_scalar(
+                    "SELECT DISTINCT sender_ip FROM invites
+                     WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL
+                         AND created_at > now() - make_interval(secs => $3)",
+                )
+                .bind(sender.app_id)
+                .bind(&sender.id)
+                .bind(window_ms as f64 / 1000.0)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
+        for rule in &tripped {
             let subjects: Vec<String> = match rule.scope {
                 Scope::Sender => vec![rules::sender_subject(sender)],
                 Scope::Ip => ips.iter().map(|ip| format!("ip:{ip}")).collect(),

@@ -29,13 +29,18 @@ impl std::ops::Deref for Stage {
 
 impl Stage {
     async fn new(test: &str) -> Stage {
-        let prefix = crate::support::unique_prefix("moderation");
-        let inner = app::Stage::start_with(
+        Stage::with_rules(
             test,
             &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
-            |cfg| cfg.key_prefix = prefix.as_str().to_owned(),
         )
-        .await;
+        .await
+    }
+
+    async fn with_rules(test: &str, sql: &[&str]) -> Stage {
+        let prefix = crate::support::unique_prefix("moderation");
+        let inner =
+            app::Stage::start_with(test, sql, |cfg| cfg.key_prefix = prefix.as_str().to_owned())
+                .await;
         Stage {
             api: Api::new(inner.base(), api_key(&inner.pool).await),
             limiter: Limiter::Redis(crate::support::redis_store().await),
@@ -381,4 +386,41 @@ async fn a_trusted_sender_made_active_again_is_no_repeat_offender_at_its_first_b
             .await
             .expect("sender");
     assert_eq!((state.as_str(), repeat), ("shadow_banned", false));
+}
+
+/// An address rule that shadow-banned the sender: the lift clears the counters of the
+/// addresses it used within the rule's window, so its next invite from there is not a breach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifting_an_address_rules_ban_clears_that_addresss_counter() {
+    let stage = Stage::with_rules(
+        "liftip",
+        &["UPDATE rules SET action = 'shadow_ban', limit_count = 2 WHERE name = 'ip-hourly'"],
+    )
+    .await;
+    let from = |n: u32| {
+        stage.api.send(
+            serde_json::json!({"sender_id": "shared", "sender_ip": "198.51.100.7",
+            "recipient": format!("s{n}@example.com")}),
+        )
+    };
+    for n in 0..3 {
+        assert_eq!(from(n).await.0, reqwest::StatusCode::OK);
+    }
+    assert_eq!(stage.delivered().await.len(), 2, "the third is held");
+    let seen = stage.version("shared").await;
+    stage
+        .review("shared", ReviewAction::LiftAndRelease, seen)
+        .await
+        .expect("lift");
+    assert_eq!(from(3).await.0, reqwest::StatusCode::OK);
+    assert_eq!(
+        stage.delivered().await.len(),
+        4,
+        "the released invite and the next one"
+    );
+    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'shared'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("state");
+    assert_eq!(state, "active");
 }
