@@ -128,76 +128,71 @@ impl Outcomes {
         .await?;
         let of = of.ok_or(OutcomeError::NotFound)?;
         let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
-        // Recorded and counted in one transaction: a retry of the same outcome waits on the
-        // row until this one is decided, and is then answered as a repeat.
+        // An outcome that counts is written as counted: this request counts it now, and the
+        // task that counts kept outcomes leaves it alone (it is put back when Redis fails).
         let mut tx = self.pool.begin().await?;
         let new = sqlx::query(
-            "INSERT INTO outcomes (invite_id, type, app_id, sender_id, counted)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO outcomes (invite_id, type, app_id, sender_id) VALUES ($1, $2, $3, $4)
              ON CONFLICT DO NOTHING",
         )
         .bind(invite_id)
         .bind(kind.as_str())
         .bind(sender.app_id)
         .bind(&sender.id)
-        .bind(kind.signal().is_none())
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
-        if !new {
-            return Ok(Recorded::Again);
-        }
-        if kind == OutcomeType::Accepted {
+        if new && kind == OutcomeType::Accepted {
             sqlx::query("UPDATE senders SET accepted = accepted + 1 WHERE app_id = $1 AND id = $2")
                 .bind(sender.app_id)
                 .bind(&sender.id)
                 .execute(&mut *tx)
                 .await?;
         }
-        let mut flagged = false;
-        if let Some(signal) = kind.signal() {
-            match self
-                .count(&mut tx, &of, &sender, signal, invite_id, None)
-                .await
-            {
-                Ok(f) => {
-                    flagged = f;
-                    mark_counted(&mut tx, invite_id, kind.as_str()).await?;
-                }
-                Err(OutcomeError::Limiter(e)) => {
-                    tracing::warn!(error = %e, invite = %invite_id, kind = kind.as_str(),
-                        "outcome kept uncounted until Redis answers");
-                }
-                Err(e) => return Err(e),
-            }
-        }
         tx.commit().await?;
-        if flagged || kind == OutcomeType::Accepted {
-            // A new state, or acceptances that make the sender less new: the cached standing
-            // is stale.
+        if !new {
+            return Ok(Recorded::Again);
+        }
+        if kind == OutcomeType::Accepted {
+            // A sender's acceptances make it less new: the cached standing is stale.
             self.senders.forget(&sender);
+        }
+        if let Some(signal) = kind.signal()
+            && let Err(e) = self.count(&of, &sender, signal, invite_id, None).await
+        {
+            let OutcomeError::Limiter(e) = e else {
+                return Err(e);
+            };
+            // Recorded all the same: counted once Redis answers.
+            set_counted(&self.pool, invite_id, kind.as_str(), false).await?;
+            tracing::warn!(error = %e, invite = %invite_id, kind = kind.as_str(),
+                "outcome kept uncounted until Redis answers");
         }
         Ok(Recorded::New)
     }
 
-    /// Counts one batch of the outcomes kept uncounted while Redis did not answer, oldest first,
-    /// each at the time it arrived; returns how many were counted (0 while Redis still does not
-    /// answer). An outcome whose invite retention has dropped is marked counted without a count.
+    /// Counts, oldest first, up to a batch of the outcomes kept uncounted while Redis did not
+    /// answer, each at the time it arrived; returns how many were counted (0 while Redis still
+    /// does not answer). Each is claimed (marked counted) before its count, so instances never
+    /// count one twice, and put back when Redis fails; one whose invite retention has dropped
+    /// is marked without a count. Nothing is held across the calls to Redis.
     pub async fn count_uncounted(&self) -> Result<usize, OutcomeError> {
-        let mut tx = self.pool.begin().await?;
         let rows: Vec<Uncounted> = sqlx::query_as(
             "SELECT o.invite_id, o.type AS kind, o.at, i.app_id, i.sender_id, i.sender_ip,
                  i.recipient, i.recipient_domain
              FROM outcomes o LEFT JOIN invites i ON i.id = o.invite_id
-             WHERE NOT o.counted ORDER BY o.at LIMIT $1 FOR UPDATE OF o SKIP LOCKED",
+             WHERE NOT o.counted ORDER BY o.at LIMIT $1",
         )
         .bind(RECOUNT_BATCH)
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.pool)
         .await?;
         let mut counted = 0;
-        let mut flagged = Vec::new();
         for row in &rows {
+            if !set_counted(&self.pool, row.invite_id, &row.kind, true).await? {
+                // Another instance has it.
+                continue;
+            }
             let signal = row
                 .kind
                 .parse::<OutcomeType>()
@@ -206,23 +201,19 @@ impl Outcomes {
             if let (Some(signal), Some(of)) = (signal, row.of()) {
                 let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
                 let at_ms = row.at.timestamp_millis().max(0) as u64;
-                match self
-                    .count(&mut tx, &of, &sender, signal, row.invite_id, Some(at_ms))
-                    .await
-                {
-                    Ok(true) => flagged.push(sender),
-                    Ok(false) => {}
-                    // Still down: what was counted so far is marked, the rest waits.
-                    Err(OutcomeError::Limiter(_)) => break,
-                    Err(e) => return Err(e),
+                let result = self
+                    .count(&of, &sender, signal, row.invite_id, Some(at_ms))
+                    .await;
+                if let Err(e) = result {
+                    set_counted(&self.pool, row.invite_id, &row.kind, false).await?;
+                    match e {
+                        // Still down: the rest waits.
+                        OutcomeError::Limiter(_) => break,
+                        e => return Err(e),
+                    }
                 }
             }
-            mark_counted(&mut tx, row.invite_id, &row.kind).await?;
             counted += 1;
-        }
-        tx.commit().await?;
-        for sender in &flagged {
-            self.senders.forget(sender);
         }
         if counted > 0 {
             tracing::info!(counted, "outcomes kept during a Redis outage counted");
@@ -249,17 +240,17 @@ impl Outcomes {
         }
     }
 
-    /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender,
-    /// in `tx`, for the strongest flagging rule it now exceeds; true when it did.
+    /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender
+    /// for the strongest flagging rule it now exceeds, unless a decision about the sender came
+    /// while Redis counted (a lift clears the counts this one was added to; DESIGN.md §3b).
     async fn count(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         of: &Of,
         sender: &SenderKey,
         signal: Signal,
         invite_id: Uuid,
         at_ms: Option<u64>,
-    ) -> Result<bool, OutcomeError> {
+    ) -> Result<(), OutcomeError> {
         let subjects = Subjects {
             sender,
             sender_ip: of.sender_ip.as_deref(),
@@ -281,6 +272,12 @@ impl Outcomes {
             .iter()
             .map(|(r, key)| Check::new(key, &r.quota, 1))
             .collect();
+        let seen: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM senders WHERE app_id = $1 AND id = $2")
+                .bind(sender.app_id)
+                .bind(&sender.id)
+                .fetch_optional(&self.pool)
+                .await?;
         let decisions = self.limiter.check_batch(&checks, at_ms).await?;
         let breach = rules
             .iter()
@@ -288,7 +285,7 @@ impl Outcomes {
             .filter(|((r, _), d)| !d.allowed && r.action.flags())
             .max_by_key(|((r, _), _)| r.action);
         let Some(((rule, _), decision)) = breach else {
-            return Ok(false);
+            return Ok(());
         };
         let flag = Flag {
             sender,
@@ -300,25 +297,31 @@ impl Outcomes {
             window_secs: (rule.quota.window_ms / 1000) as i64,
             invite_id: Some(invite_id),
         };
-        // Rules do not apply to a trusted sender (DESIGN.md §2).
-        let state: Option<String> = sqlx::query_scalar(
-            "SELECT state FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+        let mut tx = self.pool.begin().await?;
+        let now: Option<(String, i64)> = sqlx::query_as(
+            "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
         )
         .bind(sender.app_id)
         .bind(&sender.id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if state.as_deref() == Some(SenderState::Trusted.as_str()) {
-            return Ok(false);
+        // Rules do not apply to a trusted sender (DESIGN.md §2).
+        let Some((state, version)) = now else {
+            return Ok(());
+        };
+        if state == SenderState::Trusted.as_str() || Some(version) != seen {
+            return Ok(());
         }
         if rule.action == Action::ShadowBan {
-            moderation::shadow_ban(tx, &flag, self.confirm_repeat).await?;
+            moderation::shadow_ban(&mut tx, &flag, self.confirm_repeat).await?;
         } else {
-            // The invite went out before its outcome came: nothing is held, the sender is
-            // flagged for review.
-            moderation::flag_for_review(tx, &flag).await?;
+            // The invite went out before its outcome came: nothing is held; the flag is on
+            // the sender's page.
+            moderation::flag_for_review(&mut tx, &flag).await?;
         }
-        Ok(true)
+        tx.commit().await?;
+        self.senders.forget(sender);
+        Ok(())
     }
 }
 
@@ -347,15 +350,21 @@ impl Uncounted {
     }
 }
 
-async fn mark_counted(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+/// Marks an outcome counted (or not); false when it already was so.
+async fn set_counted(
+    pool: &PgPool,
     invite_id: Uuid,
     kind: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE outcomes SET counted = true WHERE invite_id = $1 AND type = $2")
-        .bind(invite_id)
-        .bind(kind)
-        .execute(&mut **tx)
-        .await
-        .map(drop)
+    counted: bool,
+) -> Result<bool, sqlx::Error> {
+    let changed = sqlx::query(
+        "UPDATE outcomes SET counted = $3 WHERE invite_id = $1 AND type = $2 AND counted <> $3",
+    )
+    .bind(invite_id)
+    .bind(kind)
+    .bind(counted)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(changed == 1)
 }

@@ -367,3 +367,52 @@ async fn deferred_invites_of_a_banned_sender_keep_to_the_held_cap() {
             .expect("sender");
     assert_eq!((stored, overflow), (2, 3));
 }
+
+/// An outcome is not counted inside a database transaction: while Redis is slow to answer, the
+/// request holds no connection idle in a transaction (a stall would otherwise take the pool,
+/// one connection per report, from the invites' idempotency checks and the dashboard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
+    let (redis, stage, api) = on_own_redis("outcomeslow", &[], RedisPolicy::Defer, 10_000).await;
+    let (status, id) = api
+        .send(json!({"sender_id": "calm", "recipient": "w@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let client = redis::Client::open(redis.url()).expect("client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2_000)
+        .arg("ALL")
+        .query_async(&mut admin)
+        .await
+        .expect("pause");
+    let reporter = api.clone();
+    let report = tokio::spawn(async move {
+        reporter
+            .http
+            .post(format!("{}/api/v1/events", reporter.base))
+            .bearer_auth(&reporter.key)
+            .json(&json!({"invite_id": id, "type": "complaint"}))
+            .send()
+            .await
+            .expect("event")
+            .status()
+    });
+    let held = wait_for(Duration::from_millis(1_500), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND state = 'idle in transaction'",
+        )
+        .fetch_one(&stage.pool)
+        .await
+        .expect("activity")
+            > 0
+    })
+    .await;
+    assert!(!held, "a transaction waited on Redis");
+    assert_eq!(report.await.expect("report"), StatusCode::ACCEPTED);
+}

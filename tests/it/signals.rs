@@ -678,3 +678,66 @@ async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
         .expect("invite");
     assert_eq!(status, "held", "written after the ban");
 }
+
+/// A complaint counted just before a lift is no new breach: the decision about the sender came
+/// while Redis counted (and a lift clears the counts it was added to), so it flags nothing, and
+/// the sender is not banned again as a repeat offender (DESIGN.md §3b).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
+    let stage = Stage::start(
+        "complaintlift",
+        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let (status, id) = api
+            .send(json!({"sender_id": "forgiven", "recipient": format!("f{n}@example.com")}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    assert_eq!(
+        event(&api, &ids[0], "complaint").await,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(state(&stage.pool, "forgiven").await, "shadow_banned");
+    // The admin's lift holds the sender while the second complaint is counted.
+    let mut lift = stage.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM senders WHERE id = 'forgiven' FOR UPDATE")
+        .execute(&mut *lift)
+        .await
+        .expect("lock");
+    let reporter = api.clone();
+    let second = ids[1].clone();
+    let report = tokio::spawn(async move { event(&reporter, &second, "complaint").await });
+    let db = stage.db.name.clone();
+    let waiting = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&db)
+        .fetch_one(&mut crate::support::app::admin().await)
+        .await
+        .expect("pg_stat_activity")
+            >= 1
+    })
+    .await;
+    assert!(waiting, "the complaint's flag waits for the sender");
+    sqlx::query(
+        "UPDATE senders SET state = 'active', version = version + 1, lifted_at = now(),
+             state_changed_by = 'alice' WHERE id = 'forgiven'",
+    )
+    .execute(&mut *lift)
+    .await
+    .expect("lift");
+    lift.commit().await.expect("commit");
+    assert_eq!(report.await.expect("report"), StatusCode::ACCEPTED);
+    assert_eq!(state(&stage.pool, "forgiven").await, "active");
+    let flags: i64 = sqlx::query_scalar("SELECT count(*) FROM flags WHERE sender_id = 'forgiven'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("flags");
+    assert_eq!(flags, 1, "only the breach that was lifted");
+}
