@@ -129,6 +129,13 @@ pub struct Review<'a> {
     pub note: Option<&'a str>,
 }
 
+impl Review<'_> {
+    /// Whether the review would release held invites its page did not count (`held` now).
+    fn releases_unseen(&self, held: i64) -> bool {
+        self.action.held_become() == Some("queued") && self.seen_held != Some(held)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
     #[error("no sender `{0}`")]
@@ -176,9 +183,8 @@ async fn lock_at(
     Ok((state, held))
 }
 
-/// Applies a review in one transaction; a lift also clears the sender's counters of the rules
-/// it tripped, before it commits, so the released invites and the next ones do not trip them
-/// again at once.
+/// Applies a review in one transaction; a lift first clears the sender's counters of the rules
+/// it tripped, so the released invites and the next ones do not trip them again at once.
 pub async fn apply(
     pool: &PgPool,
     limiter: &Limiter,
@@ -186,12 +192,32 @@ pub async fn apply(
     rules: &RuleCache,
     review: &Review<'_>,
 ) -> Result<Reviewed, ReviewError> {
-    let mut tx = pool.begin().await?;
     let sender = review.sender;
+    // A lift clears the sender's counters of the rules it tripped before it commits, with no
+    // row locked while Redis answers: an invite that sees the lift counts in cleared counters,
+    // and a lift Redis cannot clear is not applied at all (the next invite would trip the same
+    // counters and flag the sender again, as a repeat offender).
+    if review.action.lifts() {
+        let current: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT version, held_stored FROM senders WHERE app_id = $1 AND id = $2",
+        )
+        .bind(sender.app_id)
+        .bind(&sender.id)
+        .fetch_optional(pool)
+        .await?;
+        // A page already stale is refused below, without clearing anything.
+        let fresh = current.is_some_and(|(version, held)| {
+            version == review.seen_version && !review.releases_unseen(held)
+        });
+        if fresh {
+            clear_counters(pool, limiter, keys, rules, sender).await?;
+        }
+    }
+    let mut tx = pool.begin().await?;
     let (state, held) = lock_at(&mut tx, sender, review.seen_version).await?;
     // Held invites only come in under the sender's lock, so the count read here stays until
     // the commit.
-    if review.action.held_become() == Some("queued") && review.seen_held != Some(held) {
+    if review.releases_unseen(held) {
         return Err(ReviewError::Stale {
             state,
             version: review.seen_version,
@@ -252,67 +278,73 @@ pub async fn apply(
         let data = json!({"previous_state": state, "state": new_state.as_str()});
         super::announce(&mut tx, sender, event, data).await?;
     }
-    // Cleared before the commit, with the sender locked: an invite that sees the lift counts
-    // in cleared counters, and a lift Redis cannot clear is not applied at all (the next
-    // invite would trip the same counters and flag the sender again as a repeat offender).
-    if review.action.lifts() {
-        let tripped: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT rule_name FROM flags WHERE app_id = $1 AND sender_id = $2",
-        )
-        .bind(sender.app_id)
-        .bind(&sender.id)
-        .fetch_all(&mut *tx)
-        .await?;
-        let tripped: BTreeSet<String> = tripped.into_iter().collect();
-        let tripped: Vec<Rule> = rules
-            .all()
-            .into_iter()
-            .filter(|r| tripped.contains(&r.name))
-            .collect();
-        // The addresses the sender used within the longest window of a tripped IP rule: an
-        // older one counts nothing now, and the sender's whole history is not read while its
-        // row is locked.
-        let ip_window = tripped
-            .iter()
-            .filter(|r| r.scope == Scope::Ip)
-            .map(|r| r.quota.window_ms)
-            .max();
-        let ips: Vec<String> = match ip_window {
-            None => Vec::new(),
-            Some(window_ms) => {
-                sqlx::query_scalar(
-                    "SELECT DISTINCT sender_ip FROM invites
-                     WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL
-                         AND created_at > now() - make_interval(secs => $3)",
-                )
-                .bind(sender.app_id)
-                .bind(&sender.id)
-                .bind(window_ms as f64 / 1000.0)
-                .fetch_all(&mut *tx)
-                .await?
-            }
-        };
-        let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
-        for rule in &tripped {
-            let subjects: Vec<String> = match rule.scope {
-                Scope::Sender => vec![rules::sender_subject(sender)],
-                Scope::Ip => ips.iter().map(|ip| format!("ip:{ip}")).collect(),
-                // Recipients and the global count belong to others too: left as they are.
-                Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
-            };
-            for subject in subjects {
-                to_clear.push((keys.key(&subject, &rule.name, &rule.quota), rule.quota));
-            }
-        }
-        let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
-        limiter.clear(&pairs).await?;
-    }
     tx.commit().await?;
     Ok(Reviewed {
         state: new_state,
         version,
         invites_changed,
     })
+}
+
+/// Clears the sender's counters of the rules it tripped: of the sender, and of the addresses it
+/// used within an IP rule's window.
+async fn clear_counters(
+    pool: &PgPool,
+    limiter: &Limiter,
+    keys: &KeyPrefix,
+    rules: &RuleCache,
+    sender: &SenderKey,
+) -> Result<(), ReviewError> {
+    let tripped: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT rule_name FROM flags WHERE app_id = $1 AND sender_id = $2",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_all(pool)
+    .await?;
+    let tripped: BTreeSet<String> = tripped.into_iter().collect();
+    let tripped: Vec<Rule> = rules
+        .all()
+        .into_iter()
+        .filter(|r| tripped.contains(&r.name))
+        .collect();
+    // The addresses the sender used within the longest window of a tripped IP rule: an
+    // older one counts nothing now, and the sender's whole history is not read.
+    let ip_window = tripped
+        .iter()
+        .filter(|r| r.scope == Scope::Ip)
+        .map(|r| r.quota.window_ms)
+        .max();
+    let ips: Vec<String> = match ip_window {
+        None => Vec::new(),
+        Some(window_ms) => {
+            sqlx::query_scalar(
+                "SELECT DISTINCT sender_ip FROM invites
+                 WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL
+                     AND created_at > now() - make_interval(secs => $3)",
+            )
+            .bind(sender.app_id)
+            .bind(&sender.id)
+            .bind(window_ms as f64 / 1000.0)
+            .fetch_all(pool)
+            .await?
+        }
+    };
+    let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
+    for rule in &tripped {
+        let subjects: Vec<String> = match rule.scope {
+            Scope::Sender => vec![rules::sender_subject(sender)],
+            Scope::Ip => ips.iter().map(|ip| format!("ip:{ip}")).collect(),
+            // Recipients and the global count belong to others too: left as they are.
+            Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
+        };
+        for subject in subjects {
+            to_clear.push((keys.key(&subject, &rule.name, &rule.quota), rule.quota));
+        }
+    }
+    let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
+    limiter.clear(&pairs).await?;
+    Ok(())
 }
 
 /// What to do with one held invite.

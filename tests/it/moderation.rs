@@ -424,3 +424,59 @@ async fn lifting_an_address_rules_ban_clears_that_addresss_counter() {
         .expect("state");
     assert_eq!(state, "active");
 }
+
+/// A lift clears the counters before it takes the sender's row: while Redis is slow to
+/// answer, the writers' batches that include the sender do not wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lift_waiting_on_a_slow_redis_holds_no_lock_on_the_sender() {
+    let stage = Stage::new("liftslow").await;
+    for n in 0..4 {
+        stage.invite("patient", &format!("p{n}@example.com")).await;
+    }
+    assert_eq!(stage.delivered().await.len(), 3, "the fourth is held");
+    let redis = crate::support::redis_server::RedisServer::start().await;
+    let slow = Limiter::Redis(
+        sendguard::limiter::RedisStore::connect(&sendguard::limiter::RedisSettings::new(
+            redis.url(),
+        ))
+        .await
+        .expect("connect"),
+    );
+    let mut admin = redis::Client::open(redis.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3_000)
+        .arg("ALL")
+        .query_async(&mut admin)
+        .await
+        .expect("pause");
+    let sender = SenderKey::new(1, "patient");
+    let lift = Review {
+        sender: &sender,
+        action: ReviewAction::LiftAndRelease,
+        seen_version: stage.version("patient").await,
+        seen_held: Some(1),
+        actor: "alice",
+        admin_id: None,
+        note: None,
+    };
+    let (pool, prefix, rules) = (&stage.pool, &stage.prefix, &stage.rules);
+    let lifting = apply(pool, &slow, prefix, rules, &lift);
+    let probe = async {
+        // The lift is waiting on Redis (its timeout is half a second).
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let mut tx = pool.begin().await.expect("begin");
+        let free = sqlx::query("SELECT 1 FROM senders WHERE id = 'patient' FOR UPDATE NOWAIT")
+            .execute(&mut *tx)
+            .await;
+        tx.rollback().await.expect("rollback");
+        free.is_ok()
+    };
+    let (lifted, free) = tokio::join!(lifting, probe);
+    assert!(free, "the sender's row was locked while Redis was asked");
+    assert!(matches!(lifted, Err(ReviewError::Limiter(_))), "{lifted:?}");
+}
