@@ -4,7 +4,12 @@
 //! (`claimed_until`) hands each event to one worker at a time, and the lease of a worker that
 //! died simply expires. The lease's own timestamp is the claim's token: a worker records its
 //! outcome only while the row still carries the lease it took.
+//!
+//! A worker keeps up to a batch of attempts in hand and refills a slot as soon as its attempt
+//! ends, and an app gets a quarter of the slots at most: a receiver that never answers, with a
+//! backlog, holds a few slots for an attempt's timeout and never the others' events.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -51,16 +56,24 @@ impl Default for WebhookSettings {
     }
 }
 
-/// Claims due events for `$1` seconds, at most `$2`, with their app's target as it is now.
+/// Claims due events for `$1` seconds: at most `$2`, at most `$3` of any one app, none of the
+/// apps in `$4` (those with their share in hand); with their app's target as it is now. The
+/// lock re-checks that each is still free.
 const CLAIM: &str = "
-    WITH claimed AS (
+    WITH due AS (
+        SELECT id, next_attempt_at,
+            row_number() OVER (PARTITION BY app_id ORDER BY next_attempt_at) AS place
+        FROM webhook_events
+        WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_attempt_at <= now()
+          AND (claimed_until IS NULL OR claimed_until < now())
+          AND app_id <> ALL($4)),
+    claimed AS (
         UPDATE webhook_events SET claimed_until = now() + make_interval(secs => $1)
         WHERE id IN (
             SELECT id FROM webhook_events
-            WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_attempt_at <= now()
+            WHERE id IN (SELECT id FROM due WHERE place <= $3 ORDER BY next_attempt_at LIMIT $2)
+              AND delivered_at IS NULL AND gave_up_at IS NULL
               AND (claimed_until IS NULL OR claimed_until < now())
-            ORDER BY next_attempt_at
-            LIMIT $2
             FOR UPDATE SKIP LOCKED)
         RETURNING id, app_id, payload, attempts, claimed_until)
     SELECT c.id, c.app_id, c.payload, c.attempts, c.claimed_until,
@@ -98,68 +111,125 @@ impl Deliverer {
         })
     }
 
-    /// Delivers what is due once; returns how many attempts were made.
+    /// Delivers what is due once, waiting for every attempt; returns how many were made.
     pub async fn deliver_due(&self) -> Result<usize, sqlx::Error> {
-        self.round().await.map(|(_, attempts)| attempts)
-    }
-
-    /// Loops until `stop` is cancelled, finishing the round in hand (an attempt is bounded).
-    pub async fn run(self, stop: CancellationToken) {
-        let batch = usize::try_from(self.settings.batch).unwrap_or(usize::MAX);
-        loop {
-            if stop.is_cancelled() {
-                return;
-            }
-            let claimed = match self.round().await {
-                Ok((claimed, _)) => claimed,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook round failed");
-                    0
-                }
-            };
-            if claimed < batch {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.settings.poll) => {}
-                    _ = stop.cancelled() => {}
-                }
-            }
-        }
-    }
-
-    /// Claims one batch and attempts it; returns how many were claimed and attempted.
-    async fn round(&self) -> Result<(usize, usize), sqlx::Error> {
-        let claimed: Vec<Claimed> = sqlx::query_as(CLAIM)
-            .bind(self.settings.lease.as_secs_f64())
-            .bind(self.settings.batch)
-            .fetch_all(&self.pool)
-            .await?;
-        let n = claimed.len();
         let mut running = JoinSet::new();
-        for event in claimed {
-            let client = self.client.clone();
-            let allow_private = self.settings.allow_private;
-            running.spawn(async move {
-                let outcome = attempt(&client, &event, allow_private).await;
-                (event, outcome)
-            });
+        for event in self.claim(self.slots(), &[]).await? {
+            self.start(&mut running, event);
         }
         let (mut made, mut first_error) = (0, None);
         while let Some(joined) = running.join_next().await {
-            // A panicked attempt leaves its lease to expire: the event is tried again.
-            let Ok((event, outcome)) = joined else {
-                continue;
-            };
-            if !matches!(outcome, Outcome::GiveUp(_)) {
-                made += 1;
-            }
-            if let Err(e) = self.record(&event, outcome).await {
-                first_error.get_or_insert(e);
+            match self.finish(joined).await {
+                Ok(attempted) => made += usize::from(attempted),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok((n, made)),
+        first_error.map_or(Ok(made), Err)
+    }
+
+    /// Keeps up to a batch of attempts going until `stop` is cancelled, then lets those in hand
+    /// end (an attempt is bounded).
+    pub async fn run(self, stop: CancellationToken) {
+        let mut running = JoinSet::new();
+        // The app of each attempt in hand, and how many each app has.
+        let mut apps: HashMap<tokio::task::Id, i64> = HashMap::new();
+        let mut in_hand: HashMap<i64, usize> = HashMap::new();
+        loop {
+            let free = self.slots() - running.len();
+            let mut idle = true;
+            if free > 0 && !stop.is_cancelled() {
+                let full: Vec<i64> = in_hand
+                    .iter()
+                    .filter(|(_, n)| **n >= self.share())
+                    .map(|(app, _)| *app)
+                    .collect();
+                match self.claim(free, &full).await {
+                    Ok(claimed) => {
+                        // A full claim: more may be due at once.
+                        idle = claimed.len() < free;
+                        for event in claimed {
+                            *in_hand.entry(event.app_id).or_default() += 1;
+                            let app = event.app_id;
+                            apps.insert(self.start(&mut running, event), app);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "claiming webhook events failed"),
+                }
+            }
+            if stop.is_cancelled() && running.is_empty() {
+                return;
+            }
+            tokio::select! {
+                Some(joined) = running.join_next_with_id(), if !running.is_empty() => {
+                    let id = match &joined {
+                        Ok((id, _)) => *id,
+                        Err(e) => e.id(),
+                    };
+                    if let Some(app) = apps.remove(&id)
+                        && let Some(n) = in_hand.get_mut(&app)
+                    {
+                        *n -= 1;
+                        if *n == 0 {
+                            in_hand.remove(&app);
+                        }
+                    }
+                    if let Err(e) = self.finish(joined.map(|(_, done)| done)).await {
+                        tracing::warn!(error = %e, "recording a webhook attempt failed");
+                    }
+                }
+                _ = tokio::time::sleep(self.settings.poll), if idle => {}
+                _ = stop.cancelled(), if !stop.is_cancelled() => {}
+            }
         }
+    }
+
+    /// Attempts at once, at most.
+    fn slots(&self) -> usize {
+        usize::try_from(self.settings.batch).unwrap_or(1)
+    }
+
+    /// Attempts at once for one app, at most.
+    fn share(&self) -> usize {
+        (self.slots() / 4).max(1)
+    }
+
+    /// Claims up to `n` due events, a share of each app at most, none of the apps in `full`.
+    async fn claim(&self, n: usize, full: &[i64]) -> Result<Vec<Claimed>, sqlx::Error> {
+        sqlx::query_as(CLAIM)
+            .bind(self.settings.lease.as_secs_f64())
+            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .bind(i64::try_from(self.share()).unwrap_or(i64::MAX))
+            .bind(full)
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    /// Starts one attempt; answers its task's id.
+    fn start(&self, running: &mut JoinSet<(Claimed, Outcome)>, event: Claimed) -> tokio::task::Id {
+        let client = self.client.clone();
+        let allow_private = self.settings.allow_private;
+        running
+            .spawn(async move {
+                let outcome = attempt(&client, &event, allow_private).await;
+                (event, outcome)
+            })
+            .id()
+    }
+
+    /// Records an ended attempt; true when one was made (not given up without one).
+    async fn finish(
+        &self,
+        joined: Result<(Claimed, Outcome), tokio::task::JoinError>,
+    ) -> Result<bool, sqlx::Error> {
+        // A panicked attempt leaves its lease to expire: the event is tried again.
+        let Ok((event, outcome)) = joined else {
+            return Ok(false);
+        };
+        let attempted = !matches!(outcome, Outcome::GiveUp(_));
+        self.record(&event, outcome).await?;
+        Ok(attempted)
     }
 
     async fn record(&self, event: &Claimed, outcome: Outcome) -> Result<(), sqlx::Error> {

@@ -672,3 +672,52 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
             .expect("count");
     assert_eq!(delivered, 4);
 }
+
+/// One app's receiver that takes connections and never answers, with a backlog larger than a
+/// worker's slots, does not hold up another app's event: each app gets a share of the slots,
+/// and a slot is refilled as soon as its attempt ends, not when the slowest of a round does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_receiver_with_a_backlog_does_not_hold_up_another_apps_event() {
+    let db = Scratch::create().await;
+    let secret = webhooks::new_secret();
+    // Accepts and keeps every connection, says nothing.
+    let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let silent_url = format!("http://{}/hook", silent.local_addr().expect("addr"));
+    let kept = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let stuck = app(&db.pool, "stuck", Some(&silent_url), Some(&secret)).await;
+    for n in 0..40 {
+        event(
+            &db.pool,
+            stuck,
+            "stuck",
+            EventType::SenderBanned,
+            &format!("s{n}"),
+        )
+        .await;
+    }
+    let receiver = WebhookReceiver::start(&secret, 0).await;
+    let fine = app(&db.pool, "fine", Some(&receiver.url()), Some(&secret)).await;
+    // Due after the backlog, so the backlog comes first in time.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let id = event(&db.pool, fine, "fine", EventType::SenderBanned, "f").await;
+    let worker = Deliverer::new(db.pool.clone(), settings(true)).expect("deliverer");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !row(&db.pool, id).await.delivered && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let delivered = row(&db.pool, id).await.delivered;
+    stop.cancel();
+    running.abort();
+    kept.abort();
+    assert!(
+        delivered,
+        "the other app's event waited for the silent receiver (10 s per attempt)"
+    );
+}
