@@ -308,12 +308,13 @@ async fn clear_counters(
         .into_iter()
         .filter(|r| tripped.contains(&r.name))
         .collect();
-    // The addresses the sender used within the longest window of a tripped IP rule: an
-    // older one counts nothing now, and the sender's whole history is not read.
+    // The addresses the sender used within twice the longest window of a tripped IP rule (a
+    // sliding-window counter weighs the window before too, the hash counters a sub-window
+    // more): an older one counts nothing now, and the sender's whole history is not read.
     let ip_window = tripped
         .iter()
         .filter(|r| r.scope == Scope::Ip)
-        .map(|r| r.quota.window_ms)
+        .map(|r| r.quota.window_ms.saturating_mul(2))
         .max();
     let ips: Vec<String> = match ip_window {
         None => Vec::new(),

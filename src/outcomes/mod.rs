@@ -95,8 +95,11 @@ pub struct Outcomes {
     pub confirm_repeat: bool,
 }
 
-/// Uncounted outcomes counted per transaction.
+/// Outcomes the task reads at a time.
 const RECOUNT_BATCH: i64 = 100;
+
+/// How long a count holds an outcome: far beyond a Redis call's timeout.
+const COUNT_LEASE: Duration = Duration::from_secs(30);
 
 /// The invite an outcome is about.
 #[derive(sqlx::FromRow)]
@@ -128,17 +131,22 @@ impl Outcomes {
         .await?;
         let of = of.ok_or(OutcomeError::NotFound)?;
         let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
-        // An outcome that counts is written as counted: this request counts it now, and the
-        // task that counts kept outcomes leaves it alone (it is put back when Redis fails).
+        // An outcome that counts is written uncounted, held for this request's count by a
+        // lease: if the request stops before counting it, the task counts it once the lease is
+        // over.
         let mut tx = self.pool.begin().await?;
         let new = sqlx::query(
-            "INSERT INTO outcomes (invite_id, type, app_id, sender_id) VALUES ($1, $2, $3, $4)
+            "INSERT INTO outcomes (invite_id, type, app_id, sender_id, counted, counting_until)
+             VALUES ($1, $2, $3, $4, $5,
+                 CASE WHEN NOT $5 THEN now() + make_interval(secs => $6) END)
              ON CONFLICT DO NOTHING",
         )
         .bind(invite_id)
         .bind(kind.as_str())
         .bind(sender.app_id)
         .bind(&sender.id)
+        .bind(kind.signal().is_none())
+        .bind(COUNT_LEASE.as_secs_f64())
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -159,59 +167,62 @@ impl Outcomes {
             self.senders.forget(&sender);
         }
         if let Some(signal) = kind.signal()
-            && let Err(e) = self.count(&of, &sender, signal, invite_id, None).await
+            && let Err(e) = self
+                .count(&of, &sender, signal, invite_id, kind, None)
+                .await
         {
             let OutcomeError::Limiter(e) = e else {
                 return Err(e);
             };
             // Recorded all the same: counted once Redis answers.
-            set_counted(&self.pool, invite_id, kind.as_str(), false).await?;
+            release(&self.pool, invite_id, kind.as_str()).await?;
             tracing::warn!(error = %e, invite = %invite_id, kind = kind.as_str(),
                 "outcome kept uncounted until Redis answers");
         }
         Ok(Recorded::New)
     }
 
-    /// Counts, oldest first, up to a batch of the outcomes kept uncounted while Redis did not
-    /// answer, each at the time it arrived; returns how many were counted (0 while Redis still
-    /// does not answer). Each is claimed (marked counted) before its count, so instances never
-    /// count one twice, and put back when Redis fails; one whose invite retention has dropped
-    /// is marked without a count. Nothing is held across the calls to Redis.
+    /// Counts, oldest first, up to a batch of the outcomes not counted whose lease is over,
+    /// each at the time it arrived; returns how many were counted (0 while Redis still does not
+    /// answer). Each is leased before its count, so instances never count one at the same
+    /// time, and released when Redis fails; one whose invite retention has dropped is marked
+    /// without a count. Nothing is held across the calls to Redis.
     pub async fn count_uncounted(&self) -> Result<usize, OutcomeError> {
         let rows: Vec<Uncounted> = sqlx::query_as(
             "SELECT o.invite_id, o.type AS kind, o.at, i.app_id, i.sender_id, i.sender_ip,
                  i.recipient, i.recipient_domain
              FROM outcomes o LEFT JOIN invites i ON i.id = o.invite_id
-             WHERE NOT o.counted ORDER BY o.at LIMIT $1",
+             WHERE NOT o.counted AND (o.counting_until IS NULL OR o.counting_until < now())
+             ORDER BY o.at LIMIT $1",
         )
         .bind(RECOUNT_BATCH)
         .fetch_all(&self.pool)
         .await?;
         let mut counted = 0;
         for row in &rows {
-            if !set_counted(&self.pool, row.invite_id, &row.kind, true).await? {
+            if !lease(&self.pool, row.invite_id, &row.kind).await? {
                 // Another instance has it.
                 continue;
             }
-            let signal = row
-                .kind
-                .parse::<OutcomeType>()
-                .ok()
-                .and_then(OutcomeType::signal);
-            if let (Some(signal), Some(of)) = (signal, row.of()) {
-                let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
-                let at_ms = row.at.timestamp_millis().max(0) as u64;
-                let result = self
-                    .count(&of, &sender, signal, row.invite_id, Some(at_ms))
-                    .await;
-                if let Err(e) = result {
-                    set_counted(&self.pool, row.invite_id, &row.kind, false).await?;
-                    match e {
-                        // Still down: the rest waits.
-                        OutcomeError::Limiter(_) => break,
-                        e => return Err(e),
+            let kind = row.kind.parse::<OutcomeType>().ok();
+            match (kind.and_then(OutcomeType::signal), kind, row.of()) {
+                (Some(signal), Some(kind), Some(of)) => {
+                    let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
+                    let at_ms = row.at.timestamp_millis().max(0) as u64;
+                    let result = self
+                        .count(&of, &sender, signal, row.invite_id, kind, Some(at_ms))
+                        .await;
+                    if let Err(e) = result {
+                        if matches!(e, OutcomeError::Limiter(_)) {
+                            // Still down: this one and the rest wait.
+                            release(&self.pool, row.invite_id, &row.kind).await?;
+                            break;
+                        }
+                        return Err(e);
                     }
                 }
+                // Nothing to count it against.
+                _ => mark_counted(&self.pool, row.invite_id, &row.kind).await?,
             }
             counted += 1;
         }
@@ -249,6 +260,7 @@ impl Outcomes {
         sender: &SenderKey,
         signal: Signal,
         invite_id: Uuid,
+        kind: OutcomeType,
         at_ms: Option<u64>,
     ) -> Result<(), OutcomeError> {
         let subjects = Subjects {
@@ -272,13 +284,17 @@ impl Outcomes {
             .iter()
             .map(|(r, key)| Check::new(key, &r.quota, 1))
             .collect();
-        let seen: Option<i64> =
-            sqlx::query_scalar("SELECT version FROM senders WHERE app_id = $1 AND id = $2")
+        // When the sender was last lifted, before the count: a lift that comes while Redis
+        // counts clears the counts this one was added to.
+        let seen: Option<Option<DateTime<Utc>>> =
+            sqlx::query_scalar("SELECT lifted_at FROM senders WHERE app_id = $1 AND id = $2")
                 .bind(sender.app_id)
                 .bind(&sender.id)
                 .fetch_optional(&self.pool)
                 .await?;
         let decisions = self.limiter.check_batch(&checks, at_ms).await?;
+        // Counted: whatever happens to the flag, the outcome is not counted again.
+        mark_counted(&self.pool, invite_id, kind.as_str()).await?;
         let breach = rules
             .iter()
             .zip(&decisions)
@@ -298,18 +314,18 @@ impl Outcomes {
             invite_id: Some(invite_id),
         };
         let mut tx = self.pool.begin().await?;
-        let now: Option<(String, i64)> = sqlx::query_as(
-            "SELECT state, version FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+        let now: Option<(String, Option<DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT state, lifted_at FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
         )
         .bind(sender.app_id)
         .bind(&sender.id)
         .fetch_optional(&mut *tx)
         .await?;
         // Rules do not apply to a trusted sender (DESIGN.md §2).
-        let Some((state, version)) = now else {
+        let Some((state, lifted_at)) = now else {
             return Ok(());
         };
-        if state == SenderState::Trusted.as_str() || Some(version) != seen {
+        if state == SenderState::Trusted.as_str() || Some(lifted_at) != seen {
             return Ok(());
         }
         if rule.action == Action::ShadowBan {
@@ -350,21 +366,43 @@ impl Uncounted {
     }
 }
 
-/// Marks an outcome counted (or not); false when it already was so.
-async fn set_counted(
-    pool: &PgPool,
-    invite_id: Uuid,
-    kind: &str,
-    counted: bool,
-) -> Result<bool, sqlx::Error> {
-    let changed = sqlx::query(
-        "UPDATE outcomes SET counted = $3 WHERE invite_id = $1 AND type = $2 AND counted <> $3",
+async fn mark_counted(pool: &PgPool, invite_id: Uuid, kind: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outcomes SET counted = true, counting_until = NULL
+         WHERE invite_id = $1 AND type = $2",
     )
     .bind(invite_id)
     .bind(kind)
-    .bind(counted)
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+/// Leases an outcome not counted whose lease is over; false when another has it.
+async fn lease(pool: &PgPool, invite_id: Uuid, kind: &str) -> Result<bool, sqlx::Error> {
+    let leased = sqlx::query(
+        "UPDATE outcomes SET counting_until = now() + make_interval(secs => $3)
+         WHERE invite_id = $1 AND type = $2 AND NOT counted
+             AND (counting_until IS NULL OR counting_until < now())",
+    )
+    .bind(invite_id)
+    .bind(kind)
+    .bind(COUNT_LEASE.as_secs_f64())
     .execute(pool)
     .await?
     .rows_affected();
-    Ok(changed == 1)
+    Ok(leased == 1)
+}
+
+/// Gives an outcome's lease up, for the task to count it when Redis answers.
+async fn release(pool: &PgPool, invite_id: Uuid, kind: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outcomes SET counting_until = NULL
+         WHERE invite_id = $1 AND type = $2 AND NOT counted",
+    )
+    .bind(invite_id)
+    .bind(kind)
+    .execute(pool)
+    .await
+    .map(drop)
 }

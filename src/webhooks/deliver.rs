@@ -34,11 +34,11 @@ pub struct WebhookSettings {
     pub allow_private: bool,
     /// How long a claim lasts; it must outlast an attempt.
     pub lease: Duration,
-    /// Events claimed, and attempted at once, per round.
+    /// Attempts a worker keeps going at once; an app gets a quarter of them at most.
     pub batch: i64,
     /// First retry delay, doubled each attempt up to 4 h, with ±20 % jitter.
     pub retry_base: Duration,
-    /// Pause between rounds when the last one found less than a batch.
+    /// Pause before claiming again when the last claim found less than it had room for.
     pub poll: Duration,
 }
 
@@ -56,24 +56,32 @@ impl Default for WebhookSettings {
     }
 }
 
-/// Claims due events for `$1` seconds: at most `$2`, at most `$3` of any one app, none of the
-/// apps in `$4` (those with their share in hand); with their app's target as it is now. The
-/// lock re-checks that each is still free.
+/// Claims due events for `$1` seconds, at most `$2`: the oldest of each app, as many as its
+/// room (`$3` less its attempts in hand, given as the apps `$4` and their counts `$5`), oldest
+/// first across apps; with their app's target as it is now. Each app's events are read by its
+/// own index range, and the lock re-checks that each is still free (a row another worker locks
+/// is skipped, and the next one taken).
 const CLAIM: &str = "
-    WITH due AS (
-        SELECT id, next_attempt_at,
-            row_number() OVER (PARTITION BY app_id ORDER BY next_attempt_at) AS place
-        FROM webhook_events
-        WHERE delivered_at IS NULL AND gave_up_at IS NULL AND next_attempt_at <= now()
-          AND (claimed_until IS NULL OR claimed_until < now())
-          AND app_id <> ALL($4)),
+    WITH room AS (
+        SELECT a.id AS app_id, GREATEST($3 - COALESCE(h.n, 0), 0) AS room
+        FROM apps a LEFT JOIN unnest($4::int8[], $5::int8[]) AS h(app_id, n) ON h.app_id = a.id),
+    due AS (
+        SELECT e.id FROM room r, LATERAL (
+            SELECT id FROM webhook_events
+            WHERE app_id = r.app_id AND delivered_at IS NULL AND gave_up_at IS NULL
+              AND next_attempt_at <= now()
+              AND (claimed_until IS NULL OR claimed_until < now())
+            ORDER BY next_attempt_at
+            LIMIT r.room) e),
     claimed AS (
         UPDATE webhook_events SET claimed_until = now() + make_interval(secs => $1)
         WHERE id IN (
             SELECT id FROM webhook_events
-            WHERE id IN (SELECT id FROM due WHERE place <= $3 ORDER BY next_attempt_at LIMIT $2)
-              AND delivered_at IS NULL AND gave_up_at IS NULL
+            WHERE id IN (SELECT id FROM due)
+              AND delivered_at IS NULL AND gave_up_at IS NULL AND next_attempt_at <= now()
               AND (claimed_until IS NULL OR claimed_until < now())
+            ORDER BY next_attempt_at
+            LIMIT $2
             FOR UPDATE SKIP LOCKED)
         RETURNING id, app_id, payload, attempts, claimed_until)
     SELECT c.id, c.app_id, c.payload, c.attempts, c.claimed_until,
@@ -114,7 +122,7 @@ impl Deliverer {
     /// Delivers what is due once, waiting for every attempt; returns how many were made.
     pub async fn deliver_due(&self) -> Result<usize, sqlx::Error> {
         let mut running = JoinSet::new();
-        for event in self.claim(self.slots(), &[]).await? {
+        for event in self.claim(self.slots(), &HashMap::new()).await? {
             self.start(&mut running, event);
         }
         let (mut made, mut first_error) = (0, None);
@@ -140,12 +148,7 @@ impl Deliverer {
             let free = self.slots() - running.len();
             let mut idle = true;
             if free > 0 && !stop.is_cancelled() {
-                let full: Vec<i64> = in_hand
-                    .iter()
-                    .filter(|(_, n)| **n >= self.share())
-                    .map(|(app, _)| *app)
-                    .collect();
-                match self.claim(free, &full).await {
+                match self.claim(free, &in_hand).await {
                     Ok(claimed) => {
                         // A full claim: more may be due at once.
                         idle = claimed.len() < free;
@@ -185,9 +188,9 @@ impl Deliverer {
         }
     }
 
-    /// Attempts at once, at most.
+    /// Attempts at once, at most (the batch, checked to be 1 to 1,000).
     fn slots(&self) -> usize {
-        usize::try_from(self.settings.batch).unwrap_or(1)
+        self.settings.batch as usize
     }
 
     /// Attempts at once for one app, at most.
@@ -195,13 +198,20 @@ impl Deliverer {
         (self.slots() / 4).max(1)
     }
 
-    /// Claims up to `n` due events, a share of each app at most, none of the apps in `full`.
-    async fn claim(&self, n: usize, full: &[i64]) -> Result<Vec<Claimed>, sqlx::Error> {
+    /// Claims up to `n` due events, each app's up to its share less its attempts `in_hand`.
+    async fn claim(
+        &self,
+        n: usize,
+        in_hand: &HashMap<i64, usize>,
+    ) -> Result<Vec<Claimed>, sqlx::Error> {
+        let (apps, counts): (Vec<i64>, Vec<i64>) =
+            in_hand.iter().map(|(app, n)| (*app, *n as i64)).unzip();
         sqlx::query_as(CLAIM)
             .bind(self.settings.lease.as_secs_f64())
-            .bind(i64::try_from(n).unwrap_or(i64::MAX))
-            .bind(i64::try_from(self.share()).unwrap_or(i64::MAX))
-            .bind(full)
+            .bind(n as i64)
+            .bind(self.share() as i64)
+            .bind(apps)
+            .bind(counts)
             .fetch_all(&self.pool)
             .await
     }

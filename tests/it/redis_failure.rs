@@ -404,8 +404,10 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     });
     let held = wait_for(Duration::from_millis(1_500), || async {
         sqlx::query_scalar::<_, i64>(
+            // One that has written something: the deferred re-check's empty rounds have not.
             "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND state = 'idle in transaction'",
+             WHERE datname = current_database() AND state = 'idle in transaction'
+                 AND backend_xid IS NOT NULL",
         )
         .fetch_one(&stage.pool)
         .await
@@ -415,4 +417,63 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     .await;
     assert!(!held, "a transaction waited on Redis");
     assert_eq!(report.await.expect("report"), StatusCode::ACCEPTED);
+}
+
+/// A complaint whose request stops before its count (here the client gives up while Redis is
+/// slow, and the handler is dropped) is not lost: once its lease is over, the task counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complaint_whose_request_stopped_before_its_count_is_counted_later() {
+    let (redis, stage, api) = on_own_redis(
+        "outcomedropped",
+        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        RedisPolicy::Defer,
+        10_000,
+    )
+    .await;
+    let (status, id) = api
+        .send(json!({"sender_id": "dropped", "recipient": "d@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut admin = redis::Client::open(redis.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_500)
+        .arg("ALL")
+        .query_async(&mut admin)
+        .await
+        .expect("pause");
+    let gave_up = reqwest::Client::new()
+        .post(format!("{}/api/v1/events", api.base))
+        .bearer_auth(&api.key)
+        .json(&json!({"invite_id": id, "type": "complaint"}))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client gave up: {gave_up:?}");
+    let state = || async {
+        sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'dropped'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("state")
+    };
+    // Redis answers again; the request is gone, and its lease runs out.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        state().await,
+        "active",
+        "not counted by the dropped request"
+    );
+    sqlx::query("UPDATE outcomes SET counting_until = now() - interval '1 second'")
+        .execute(&stage.pool)
+        .await
+        .expect("lease over");
+    let banned = wait_for(Duration::from_secs(10), || async {
+        state().await == "shadow_banned"
+    })
+    .await;
+    assert!(banned, "the complaint was counted");
 }

@@ -683,9 +683,12 @@ async fn a_silent_receiver_with_a_backlog_does_not_hold_up_another_apps_event() 
     // Accepts and keeps every connection, says nothing.
     let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let silent_url = format!("http://{}/hook", silent.local_addr().expect("addr"));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
     let kept = tokio::spawn(async move {
         let mut open = Vec::new();
         while let Ok((socket, _)) = silent.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
             open.push(socket);
         }
     });
@@ -719,5 +722,12 @@ async fn a_silent_receiver_with_a_backlog_does_not_hold_up_another_apps_event() 
     assert!(
         delivered,
         "the other app's event waited for the silent receiver (10 s per attempt)"
+    );
+    // No attempt of the silent app ended yet: its connections are its attempts in hand.
+    let share = settings(true).batch as usize / 4;
+    let held = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=share).contains(&held),
+        "{held} attempts at once for one app"
     );
 }
