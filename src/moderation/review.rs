@@ -287,7 +287,7 @@ pub async fn apply(
 }
 
 /// Clears the sender's counters of the rules it tripped: of the sender, and of the addresses it
-/// used within an IP rule's window.
+/// used within twice an IP rule's window.
 async fn clear_counters(
     pool: &PgPool,
     limiter: &Limiter,

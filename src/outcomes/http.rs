@@ -123,10 +123,12 @@ impl From<OutcomeError> for ApiError {
     fn from(e: OutcomeError) -> Self {
         match e {
             OutcomeError::NotFound => ApiError::NotFound,
-            OutcomeError::Db(_) | OutcomeError::Limiter(_) => ApiError::Unavailable {
-                detail: "the event could not be recorded; retry later".into(),
-                cause: Some(e.to_string()),
-            },
+            OutcomeError::Db(_) | OutcomeError::Limiter(_) | OutcomeError::Task(_) => {
+                ApiError::Unavailable {
+                    detail: "the event could not be recorded; retry later".into(),
+                    cause: Some(e.to_string()),
+                }
+            }
         }
     }
 }

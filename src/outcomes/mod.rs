@@ -73,6 +73,9 @@ pub enum OutcomeError {
     /// The limiter did not answer (an outcome is kept, to be counted later).
     #[error("limiter: {0}")]
     Limiter(#[from] LimiterError),
+    /// The count's task ended without an answer (the outcome's lease brings it back).
+    #[error("counting: {0}")]
+    Task(String),
 }
 
 /// Whether an outcome was new.
@@ -166,18 +169,30 @@ impl Outcomes {
             // A sender's acceptances make it less new: the cached standing is stale.
             self.senders.forget(&sender);
         }
-        if let Some(signal) = kind.signal()
-            && let Err(e) = self
-                .count(&of, &sender, signal, invite_id, kind, None)
+        if let Some(signal) = kind.signal() {
+            // In a task of its own: a caller that stops waiting (a client gone while Redis is
+            // slow) does not leave a count Redis may already be making unmarked, to be made
+            // again once the lease is over.
+            let outcomes = self.clone();
+            let counting = tokio::spawn(async move {
+                let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
+                let counted = outcomes
+                    .count(&of, &sender, signal, invite_id, kind, None)
+                    .await;
+                match counted {
+                    Err(OutcomeError::Limiter(e)) => {
+                        // Recorded all the same: counted once Redis answers.
+                        tracing::warn!(error = %e, invite = %invite_id, kind = kind.as_str(),
+                            "outcome kept uncounted until Redis answers");
+                        release(&outcomes.pool, invite_id, kind.as_str()).await?;
+                        Ok(())
+                    }
+                    other => other,
+                }
+            });
+            counting
                 .await
-        {
-            let OutcomeError::Limiter(e) = e else {
-                return Err(e);
-            };
-            // Recorded all the same: counted once Redis answers.
-            release(&self.pool, invite_id, kind.as_str()).await?;
-            tracing::warn!(error = %e, invite = %invite_id, kind = kind.as_str(),
-                "outcome kept uncounted until Redis answers");
+                .map_err(|e| OutcomeError::Task(e.to_string()))??;
         }
         Ok(Recorded::New)
     }
@@ -227,7 +242,7 @@ impl Outcomes {
             counted += 1;
         }
         if counted > 0 {
-            tracing::info!(counted, "outcomes kept during a Redis outage counted");
+            tracing::info!(counted, "outcomes left uncounted counted");
         }
         Ok(counted)
     }
@@ -252,8 +267,10 @@ impl Outcomes {
     }
 
     /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender
-    /// for the strongest flagging rule it now exceeds, unless a decision about the sender came
-    /// while Redis counted (a lift clears the counts this one was added to; DESIGN.md §3b).
+    /// for the strongest flagging rule it now exceeds, unless it is evidence a lift already
+    /// set aside (DESIGN.md §3b): a lift came while Redis counted (it clears the counts this
+    /// one was added to), or the outcome arrived before the last lift (counted late, at
+    /// `at_ms`).
     async fn count(
         &self,
         of: &Of,
@@ -325,7 +342,10 @@ impl Outcomes {
         let Some((state, lifted_at)) = now else {
             return Ok(());
         };
-        if state == SenderState::Trusted.as_str() || Some(lifted_at) != seen {
+        let before_lift = at_ms
+            .zip(lifted_at)
+            .is_some_and(|(at, lifted)| at <= lifted.timestamp_millis().max(0) as u64);
+        if state == SenderState::Trusted.as_str() || Some(lifted_at) != seen || before_lift {
             return Ok(());
         }
         if rule.action == Action::ShadowBan {

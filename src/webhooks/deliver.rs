@@ -56,33 +56,28 @@ impl Default for WebhookSettings {
     }
 }
 
-/// Claims due events for `$1` seconds, at most `$2`: the oldest of each app, as many as its
-/// room (`$3` less its attempts in hand, given as the apps `$4` and their counts `$5`), oldest
-/// first across apps; with their app's target as it is now. Each app's events are read by its
-/// own index range, and the lock re-checks that each is still free (a row another worker locks
-/// is skipped, and the next one taken).
+/// Claims due events for `$1` seconds, at most `$2`: the oldest free ones of each app, as many
+/// as its room (`$3` less its attempts in hand, given as the apps `$4` and their counts `$5`),
+/// oldest first across apps; with their app's target as it is now. Each app's events are read
+/// by its own index range and locked as they are read, skipping those another worker holds, so
+/// two workers claiming at once take different events; the lock re-checks that each is still
+/// free. (The rows locked past `$2` are free again at the statement's end.)
 const CLAIM: &str = "
     WITH room AS (
         SELECT a.id AS app_id, GREATEST($3 - COALESCE(h.n, 0), 0) AS room
         FROM apps a LEFT JOIN unnest($4::int8[], $5::int8[]) AS h(app_id, n) ON h.app_id = a.id),
     due AS (
-        SELECT e.id FROM room r, LATERAL (
-            SELECT id FROM webhook_events
+        SELECT e.id, e.next_attempt_at FROM room r, LATERAL (
+            SELECT id, next_attempt_at FROM webhook_events
             WHERE app_id = r.app_id AND delivered_at IS NULL AND gave_up_at IS NULL
               AND next_attempt_at <= now()
               AND (claimed_until IS NULL OR claimed_until < now())
             ORDER BY next_attempt_at
-            LIMIT r.room) e),
+            LIMIT r.room
+            FOR UPDATE SKIP LOCKED) e),
     claimed AS (
         UPDATE webhook_events SET claimed_until = now() + make_interval(secs => $1)
-        WHERE id IN (
-            SELECT id FROM webhook_events
-            WHERE id IN (SELECT id FROM due)
-              AND delivered_at IS NULL AND gave_up_at IS NULL AND next_attempt_at <= now()
-              AND (claimed_until IS NULL OR claimed_until < now())
-            ORDER BY next_attempt_at
-            LIMIT $2
-            FOR UPDATE SKIP LOCKED)
+        WHERE id IN (SELECT id FROM due ORDER BY next_attempt_at LIMIT $2)
         RETURNING id, app_id, payload, attempts, claimed_until)
     SELECT c.id, c.app_id, c.payload, c.attempts, c.claimed_until,
            a.webhook_url, a.webhook_secret

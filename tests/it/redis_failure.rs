@@ -404,10 +404,11 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     });
     let held = wait_for(Duration::from_millis(1_500), || async {
         sqlx::query_scalar::<_, i64>(
-            // One that has written something: the deferred re-check's empty rounds have not.
+            // One of the outcome's (the deferred re-check's rounds, a transaction across Redis
+            // by design, are not).
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND state = 'idle in transaction'
-                 AND backend_xid IS NOT NULL",
+                 AND query LIKE '%outcomes%'",
         )
         .fetch_one(&stage.pool)
         .await
@@ -419,21 +420,46 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     assert_eq!(report.await.expect("report"), StatusCode::ACCEPTED);
 }
 
-/// A complaint whose request stops before its count (here the client gives up while Redis is
-/// slow, and the handler is dropped) is not lost: once its lease is over, the task counts it.
+/// A complaint whose request stops while Redis counts it (the client gives up while Redis is
+/// slow, and its handler is dropped) is counted exactly once: the count goes on without the
+/// request, and the task that counts outcomes once their lease is over finds it counted. With
+/// a limit of two complaints, a second count of the second complaint would ban the sender; the
+/// third complaint does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_complaint_whose_request_stopped_before_its_count_is_counted_later() {
+async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
     let (redis, stage, api) = on_own_redis(
         "outcomedropped",
-        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        &["UPDATE rules SET limit_count = 2 WHERE name = 'sender-complaints-daily'"],
         RedisPolicy::Defer,
         10_000,
     )
     .await;
-    let (status, id) = api
-        .send(json!({"sender_id": "dropped", "recipient": "d@example.com"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let (status, id) = api
+            .send(json!({"sender_id": "dropped", "recipient": format!("d{n}@example.com")}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    let complain = |id: String, timeout: Duration| {
+        let api = api.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{}/api/v1/events", api.base))
+                .bearer_auth(&api.key)
+                .json(&json!({"invite_id": id, "type": "complaint"}))
+                .timeout(timeout)
+                .send()
+                .await
+                .map(|r| r.status())
+        }
+    };
+    let long = Duration::from_secs(10);
+    assert_eq!(
+        complain(ids[0].clone(), long).await.ok(),
+        Some(StatusCode::ACCEPTED)
+    );
     let mut admin = redis::Client::open(redis.url())
         .expect("client")
         .get_multiplexed_async_connection()
@@ -446,34 +472,116 @@ async fn a_complaint_whose_request_stopped_before_its_count_is_counted_later() {
         .query_async(&mut admin)
         .await
         .expect("pause");
-    let gave_up = reqwest::Client::new()
-        .post(format!("{}/api/v1/events", api.base))
-        .bearer_auth(&api.key)
-        .json(&json!({"invite_id": id, "type": "complaint"}))
-        .timeout(Duration::from_millis(300))
-        .send()
-        .await;
+    let gave_up = complain(ids[1].clone(), Duration::from_millis(300)).await;
     assert!(gave_up.is_err(), "the client gave up: {gave_up:?}");
+    // Redis answers again, and the lease of the dropped request's count runs out.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    sqlx::query("UPDATE outcomes SET counting_until = now() - interval '1 second'")
+        .execute(&stage.pool)
+        .await
+        .expect("lease over");
+    let settled = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, bool>("SELECT bool_and(counted) FROM outcomes")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("outcomes")
+    })
+    .await;
+    assert!(settled, "every complaint counted");
+    // Past the task's next round.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let state = || async {
         sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'dropped'")
             .fetch_one(&stage.pool)
             .await
             .expect("state")
     };
-    // Redis answers again; the request is gone, and its lease runs out.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(
         state().await,
         "active",
-        "not counted by the dropped request"
+        "two complaints, limit 2: counted once each"
     );
-    sqlx::query("UPDATE outcomes SET counting_until = now() - interval '1 second'")
+    assert_eq!(
+        complain(ids[2].clone(), long).await.ok(),
+        Some(StatusCode::ACCEPTED)
+    );
+    assert_eq!(
+        state().await,
+        "shadow_banned",
+        "the third is over the limit"
+    );
+}
+
+/// A complaint kept during an outage and counted after a lift is evidence the admin already
+/// set aside: the sender is not banned again for it (DESIGN.md §3b).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
+    let (mut redis, stage, api) = on_own_redis(
+        "outcomelatelift",
+        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        RedisPolicy::Defer,
+        300,
+    )
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let (status, id) = api
+            .send(json!({"sender_id": "pardoned", "recipient": format!("p{n}@example.com")}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    let complain = |id: String| {
+        let api = api.clone();
+        async move {
+            api.http
+                .post(format!("{}/api/v1/events", api.base))
+                .bearer_auth(&api.key)
+                .json(&json!({"invite_id": id, "type": "complaint"}))
+                .send()
+                .await
+                .expect("event")
+                .status()
+        }
+    };
+    let state = || async {
+        sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'pardoned'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("state")
+    };
+    assert_eq!(complain(ids[0].clone()).await, StatusCode::ACCEPTED);
+    assert_eq!(state().await, "shadow_banned");
+    redis.kill();
+    assert_eq!(complain(ids[1].clone()).await, StatusCode::ACCEPTED, "kept");
+    // Held back from the task until the admin has lifted the ban.
+    sqlx::query("UPDATE outcomes SET counting_until = now() + interval '1 hour' WHERE NOT counted")
         .execute(&stage.pool)
         .await
-        .expect("lease over");
-    let banned = wait_for(Duration::from_secs(10), || async {
-        state().await == "shadow_banned"
+        .expect("hold");
+    redis.restart().await;
+    sqlx::query(
+        "UPDATE senders SET state = 'active', version = version + 1, lifted_at = now(),
+             state_changed_by = 'alice' WHERE id = 'pardoned'",
+    )
+    .execute(&stage.pool)
+    .await
+    .expect("lift");
+    sqlx::query("UPDATE outcomes SET counting_until = NULL WHERE NOT counted")
+        .execute(&stage.pool)
+        .await
+        .expect("let go");
+    let counted = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, bool>("SELECT bool_and(counted) FROM outcomes")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("outcomes")
     })
     .await;
-    assert!(banned, "the complaint was counted");
+    assert!(counted, "the kept complaint was counted");
+    assert_eq!(
+        state().await,
+        "active",
+        "banned again for what the lift set aside"
+    );
 }

@@ -731,3 +731,42 @@ async fn a_silent_receiver_with_a_backlog_does_not_hold_up_another_apps_event() 
         "{held} attempts at once for one app"
     );
 }
+
+/// Two workers claiming one app's events at once take different ones: the events another
+/// worker is locking are skipped and the next ones taken, instead of the claim coming back
+/// empty while events are due. Here the test holds the app's four oldest events, as a worker's
+/// claim in progress would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_takes_the_next_events_when_another_worker_holds_the_oldest() {
+    let db = Scratch::create().await;
+    let secret = webhooks::new_secret();
+    let receiver = WebhookReceiver::start(&secret, 0).await;
+    let app_id = app(&db.pool, "busy", Some(&receiver.url()), Some(&secret)).await;
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        ids.push(
+            event(
+                &db.pool,
+                app_id,
+                "busy",
+                EventType::SenderBanned,
+                &format!("b{n}"),
+            )
+            .await,
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut other = db.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM webhook_events WHERE id = ANY($1) FOR UPDATE")
+        .bind(&ids[..4])
+        .execute(&mut *other)
+        .await
+        .expect("hold the oldest");
+    let worker = Deliverer::new(db.pool.clone(), settings(true)).expect("deliverer");
+    // An app's share of 16 slots is 4.
+    assert_eq!(worker.deliver_due().await.expect("claim"), 4);
+    other.rollback().await.expect("release");
+    for id in &ids[4..] {
+        assert!(row(&db.pool, *id).await.delivered, "{id}");
+    }
+}
