@@ -223,9 +223,8 @@ impl Outcomes {
             match (kind.and_then(OutcomeType::signal), kind, row.of()) {
                 (Some(signal), Some(kind), Some(of)) => {
                     let sender = SenderKey::new(of.app_id, of.sender_id.as_str());
-                    let at_ms = row.at.timestamp_millis().max(0) as u64;
                     let result = self
-                        .count(&of, &sender, signal, row.invite_id, kind, Some(at_ms))
+                        .count(&of, &sender, signal, row.invite_id, kind, Some(row.at))
                         .await;
                     if let Err(e) = result {
                         if matches!(e, OutcomeError::Limiter(_)) {
@@ -270,7 +269,7 @@ impl Outcomes {
     /// for the strongest flagging rule it now exceeds, unless it is evidence a lift already
     /// set aside (DESIGN.md §3b): a lift came while Redis counted (it clears the counts this
     /// one was added to), or the outcome arrived before the last lift (counted late, at
-    /// `at_ms`).
+    /// `at`).
     async fn count(
         &self,
         of: &Of,
@@ -278,7 +277,7 @@ impl Outcomes {
         signal: Signal,
         invite_id: Uuid,
         kind: OutcomeType,
-        at_ms: Option<u64>,
+        at: Option<DateTime<Utc>>,
     ) -> Result<(), OutcomeError> {
         let subjects = Subjects {
             sender,
@@ -309,6 +308,7 @@ impl Outcomes {
                 .bind(&sender.id)
                 .fetch_optional(&self.pool)
                 .await?;
+        let at_ms = at.map(|at| at.timestamp_millis().max(0) as u64);
         let decisions = self.limiter.check_batch(&checks, at_ms).await?;
         // Counted: whatever happens to the flag, the outcome is not counted again.
         mark_counted(&self.pool, invite_id, kind.as_str()).await?;
@@ -342,9 +342,7 @@ impl Outcomes {
         let Some((state, lifted_at)) = now else {
             return Ok(());
         };
-        let before_lift = at_ms
-            .zip(lifted_at)
-            .is_some_and(|(at, lifted)| at <= lifted.timestamp_millis().max(0) as u64);
+        let before_lift = at.zip(lifted_at).is_some_and(|(at, lifted)| at <= lifted);
         if state == SenderState::Trusted.as_str() || Some(lifted_at) != seen || before_lift {
             return Ok(());
         }

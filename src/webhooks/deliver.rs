@@ -73,7 +73,7 @@ const CLAIM: &str = "
               AND next_attempt_at <= now()
               AND (claimed_until IS NULL OR claimed_until < now())
             ORDER BY next_attempt_at
-            LIMIT r.room
+            LIMIT LEAST(r.room, $2)
             FOR UPDATE SKIP LOCKED) e),
     claimed AS (
         UPDATE webhook_events SET claimed_until = now() + make_interval(secs => $1)
