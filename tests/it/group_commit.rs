@@ -11,7 +11,10 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, admin, api_key, connections_down_to, orphans, wait_for};
+use crate::support::app::{
+    Stage, admin, api_key, connections_down_to, hold_batch_statements, orphans, wait_for,
+    waiting_on_locks,
+};
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
@@ -263,12 +266,7 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
     let stage = Stage::start_with("groupflagrace", &[], |cfg| cfg.db_writers = 2).await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let db = stage.db.name.clone();
-    // Reads go on; every insert into the table waits.
-    let mut lock = stage.pool.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
-        .execute(&mut *lock)
-        .await
-        .expect("lock");
+    let lock = hold_batch_statements(&stage.pool).await;
     let body = json!({"sender_id": "fresh", "recipient": "r@example.com",
         "message": "see prize[.]example.com"});
     let send = || {
@@ -276,26 +274,15 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
         tokio::spawn(async move { api.send_keyed("retried-1", &body).await })
     };
     let first = send();
-    let waiting = |n: i64| {
-        let db = db.clone();
-        wait_for(Duration::from_secs(10), move || {
-            let db = db.clone();
-            async move {
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT count(*) FROM pg_stat_activity
-                     WHERE datname = $1 AND wait_event_type = 'Lock'",
-                )
-                .bind(&db)
-                .fetch_one(&mut admin().await)
-                .await
-                .expect("pg_stat_activity")
-                    >= n
-            }
-        })
-    };
-    assert!(waiting(1).await, "the first attempt waits to claim its key");
+    assert!(
+        waiting_on_locks(&db, 1).await,
+        "the first attempt waits to claim its key"
+    );
     let retry = send();
-    assert!(waiting(2).await, "the retry waits on the other writer");
+    assert!(
+        waiting_on_locks(&db, 2).await,
+        "the retry waits on the other writer"
+    );
     lock.rollback().await.expect("release");
     let (first, retry) = (first.await.expect("first"), retry.await.expect("retry"));
     assert_eq!(first.0, StatusCode::OK);

@@ -269,27 +269,13 @@ async fn an_invite_counted_before_a_lift_does_not_flag_the_sender_again() {
         stage.invite("inflight", &format!("i{n}@example.com")).await;
     }
     assert_eq!(stage.delivered().await.len(), 3, "the fourth is held");
-    // Every batch statement waits on the table lock, after its invite was counted.
-    let mut lock = stage.pool.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
-        .execute(&mut *lock)
-        .await
-        .expect("lock");
+    let lock = app::hold_batch_statements(&stage.pool).await;
     let api = stage.api.clone();
     let late = tokio::spawn(async move { api.accepted("inflight", "late@example.com").await });
-    let db = stage.db.name.clone();
-    let waiting = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-        )
-        .bind(&db)
-        .fetch_one(&mut app::admin().await)
-        .await
-        .expect("pg_stat_activity")
-            >= 1
-    })
-    .await;
-    assert!(waiting, "the fifth invite's write waits");
+    assert!(
+        app::waiting_on_locks(&stage.db.name, 1).await,
+        "the fifth invite's write waits"
+    );
     let seen = stage.version("inflight").await;
     stage
         .review("inflight", ReviewAction::LiftAndRelease, seen)
@@ -442,18 +428,7 @@ async fn a_lift_waiting_on_a_slow_redis_holds_no_lock_on_the_sender() {
         .await
         .expect("connect"),
     );
-    let mut admin = redis::Client::open(redis.url())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(3_000)
-        .arg("ALL")
-        .query_async(&mut admin)
-        .await
-        .expect("pause");
+    redis.pause(3_000).await;
     let sender = SenderKey::new(1, "patient");
     let lift = Review {
         sender: &sender,

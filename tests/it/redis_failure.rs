@@ -210,18 +210,7 @@ async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked(
         .await
         .expect("hold the invite");
     redis.restart().await;
-    let client = redis::Client::open(redis.url()).expect("client");
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(5_000)
-        .arg("ALL")
-        .query_async(&mut admin)
-        .await
-        .expect("pause");
+    redis.pause(5_000).await;
     hold.rollback().await.expect("let the invite go");
     let checking = wait_for(Duration::from_secs(4), || async {
         sqlx::query_scalar::<_, i64>(
@@ -277,15 +266,11 @@ async fn a_complaint_during_a_redis_outage_is_counted_once_redis_returns() {
     assert_eq!(status, StatusCode::OK);
     let id = id.expect("id");
     redis.kill();
-    let resp = api
-        .http
-        .post(format!("{}/api/v1/events", api.base))
-        .bearer_auth(&api.key)
-        .json(&json!({"invite_id": id, "type": "complaint"}))
-        .send()
-        .await
-        .expect("event");
-    assert_eq!(resp.status(), StatusCode::ACCEPTED, "recorded, not refused");
+    assert_eq!(
+        api.event(&id, "complaint").await,
+        StatusCode::ACCEPTED,
+        "recorded, not refused"
+    );
     let counted = || async {
         sqlx::query_scalar::<_, bool>(
             "SELECT counted FROM outcomes WHERE invite_id::text = $1 AND type = 'complaint'",
@@ -378,30 +363,9 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
         .send(json!({"sender_id": "calm", "recipient": "w@example.com"}))
         .await;
     assert_eq!(status, StatusCode::OK);
-    let client = redis::Client::open(redis.url()).expect("client");
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(2_000)
-        .arg("ALL")
-        .query_async(&mut admin)
-        .await
-        .expect("pause");
+    redis.pause(2_000).await;
     let reporter = api.clone();
-    let report = tokio::spawn(async move {
-        reporter
-            .http
-            .post(format!("{}/api/v1/events", reporter.base))
-            .bearer_auth(&reporter.key)
-            .json(&json!({"invite_id": id, "type": "complaint"}))
-            .send()
-            .await
-            .expect("event")
-            .status()
-    });
+    let report = tokio::spawn(async move { reporter.event(&id.expect("id"), "complaint").await });
     let held = wait_for(Duration::from_millis(1_500), || async {
         sqlx::query_scalar::<_, i64>(
             // One of the outcome's (the deferred re-check's rounds, a transaction across Redis
@@ -460,18 +424,7 @@ async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
         complain(ids[0].clone(), long).await.ok(),
         Some(StatusCode::ACCEPTED)
     );
-    let mut admin = redis::Client::open(redis.url())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(1_500)
-        .arg("ALL")
-        .query_async(&mut admin)
-        .await
-        .expect("pause");
+    redis.pause(1_500).await;
     let gave_up = complain(ids[1].clone(), Duration::from_millis(300)).await;
     assert!(gave_up.is_err(), "the client gave up: {gave_up:?}");
     // Redis answers again, and the count goes on without the request.
@@ -531,29 +484,20 @@ async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
         assert_eq!(status, StatusCode::OK);
         ids.push(id.expect("id"));
     }
-    let complain = |id: String| {
-        let api = api.clone();
-        async move {
-            api.http
-                .post(format!("{}/api/v1/events", api.base))
-                .bearer_auth(&api.key)
-                .json(&json!({"invite_id": id, "type": "complaint"}))
-                .send()
-                .await
-                .expect("event")
-                .status()
-        }
-    };
     let state = || async {
         sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'pardoned'")
             .fetch_one(&stage.pool)
             .await
             .expect("state")
     };
-    assert_eq!(complain(ids[0].clone()).await, StatusCode::ACCEPTED);
+    assert_eq!(api.event(&ids[0], "complaint").await, StatusCode::ACCEPTED);
     assert_eq!(state().await, "shadow_banned");
     redis.kill();
-    assert_eq!(complain(ids[1].clone()).await, StatusCode::ACCEPTED, "kept");
+    assert_eq!(
+        api.event(&ids[1], "complaint").await,
+        StatusCode::ACCEPTED,
+        "kept"
+    );
     // The admin lifts the ban (its part in Postgres) before Redis is back to count it.
     sqlx::query(
         "UPDATE senders SET state = 'active', version = version + 1, lifted_at = now(),

@@ -34,17 +34,6 @@ async fn state(pool: &PgPool, sender: &str) -> String {
         .expect("sender")
 }
 
-async fn event(api: &Api, invite: &str, kind: &str) -> StatusCode {
-    api.http
-        .post(format!("{}/api/v1/events", api.base))
-        .bearer_auth(&api.key)
-        .json(&json!({"invite_id": invite, "type": kind}))
-        .send()
-        .await
-        .expect("event")
-        .status()
-}
-
 /// A new sender's invite with a link is held for review (the sender flagged, its state
 /// unchanged) and never delivered; its next clean invite is delivered, and an old sender's link
 /// goes out.
@@ -187,21 +176,22 @@ async fn complaints_reported_through_the_api_ban_the_sender() {
         ids.push(id.expect("id"));
     }
     assert_eq!(
-        event(&other, &ids[0], "complaint").await,
+        other.event(&ids[0], "complaint").await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
-        event(&api, &uuid::Uuid::new_v4().to_string(), "complaint").await,
+        api.event(&uuid::Uuid::new_v4().to_string(), "complaint")
+            .await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
-        event(&api, &ids[0], "spam").await,
+        api.event(&ids[0], "spam").await,
         StatusCode::UNPROCESSABLE_ENTITY
     );
     for id in &ids[..2] {
-        assert_eq!(event(&api, id, "complaint").await, StatusCode::ACCEPTED);
+        assert_eq!(api.event(id, "complaint").await, StatusCode::ACCEPTED);
         assert_eq!(
-            event(&colleague, id, "complaint").await,
+            colleague.event(id, "complaint").await,
             StatusCode::ACCEPTED,
             "again, from another key of the app"
         );
@@ -211,10 +201,7 @@ async fn complaints_reported_through_the_api_ban_the_sender() {
         "active",
         "two complaints, limit 2"
     );
-    assert_eq!(
-        event(&api, &ids[2], "complaint").await,
-        StatusCode::ACCEPTED
-    );
+    assert_eq!(api.event(&ids[2], "complaint").await, StatusCode::ACCEPTED);
     assert_eq!(state(&stage.pool, "annoying").await, "shadow_banned");
     let (status, next) = api
         .send(json!({"sender_id": "annoying", "recipient": "p9@example.com"}))
@@ -336,7 +323,7 @@ async fn accepted_invites_end_a_senders_newness() {
         ids.push(id.expect("id"));
     }
     for id in &ids {
-        assert_eq!(event(&api, id, "accepted").await, StatusCode::ACCEPTED);
+        assert_eq!(api.event(id, "accepted").await, StatusCode::ACCEPTED);
     }
     let (_, id) = api
         .send(json!({"sender_id": "welcome", "recipient": "g@example.com",
@@ -610,7 +597,7 @@ async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_o
         .await
         .expect("trust");
     for id in &ids {
-        assert_eq!(event(&api, id, "complaint").await, StatusCode::ACCEPTED);
+        assert_eq!(api.event(id, "complaint").await, StatusCode::ACCEPTED);
     }
     let flags: Vec<(String, String)> =
         sqlx::query_as("SELECT sender_id, action FROM flags ORDER BY sender_id")
@@ -638,33 +625,19 @@ async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
         .send(json!({"sender_id": "moody", "recipient": "one@example.com"}))
         .await;
     assert_eq!(status, StatusCode::OK);
-    // Every batch statement waits on the table lock, after its invite was checked.
-    let mut lock = stage.pool.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
-        .execute(&mut *lock)
-        .await
-        .expect("lock");
+    let lock = crate::support::app::hold_batch_statements(&stage.pool).await;
     let sender = api.clone();
     let second = tokio::spawn(async move {
         sender
             .send(json!({"sender_id": "moody", "recipient": "two@example.com"}))
             .await
     });
-    let db = stage.db.name.clone();
-    let waiting = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-        )
-        .bind(&db)
-        .fetch_one(&mut crate::support::app::admin().await)
-        .await
-        .expect("pg_stat_activity")
-            >= 1
-    })
-    .await;
-    assert!(waiting, "the second invite's write waits");
+    assert!(
+        crate::support::app::waiting_on_locks(&stage.db.name, 1).await,
+        "the second invite's write waits"
+    );
     assert_eq!(
-        event(&api, &first.expect("id"), "complaint").await,
+        api.event(&first.expect("id"), "complaint").await,
         StatusCode::ACCEPTED
     );
     assert_eq!(state(&stage.pool, "moody").await, "shadow_banned");
@@ -698,10 +671,7 @@ async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
         assert_eq!(status, StatusCode::OK);
         ids.push(id.expect("id"));
     }
-    assert_eq!(
-        event(&api, &ids[0], "complaint").await,
-        StatusCode::ACCEPTED
-    );
+    assert_eq!(api.event(&ids[0], "complaint").await, StatusCode::ACCEPTED);
     assert_eq!(state(&stage.pool, "forgiven").await, "shadow_banned");
     // The admin's lift holds the sender while the second complaint is counted.
     let mut lift = stage.pool.begin().await.expect("begin");
@@ -711,20 +681,11 @@ async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
         .expect("lock");
     let reporter = api.clone();
     let second = ids[1].clone();
-    let report = tokio::spawn(async move { event(&reporter, &second, "complaint").await });
-    let db = stage.db.name.clone();
-    let waiting = wait_for(Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-        )
-        .bind(&db)
-        .fetch_one(&mut crate::support::app::admin().await)
-        .await
-        .expect("pg_stat_activity")
-            >= 1
-    })
-    .await;
-    assert!(waiting, "the complaint's flag waits for the sender");
+    let report = tokio::spawn(async move { reporter.event(&second, "complaint").await });
+    assert!(
+        crate::support::app::waiting_on_locks(&stage.db.name, 1).await,
+        "the complaint's flag waits for the sender"
+    );
     sqlx::query(
         "UPDATE senders SET state = 'active', version = version + 1, lifted_at = now(),
              state_changed_by = 'alice' WHERE id = 'forgiven'",

@@ -61,6 +61,18 @@ impl Api {
         status_and_id(resp).await
     }
 
+    /// Reports outcome `kind` of `invite` (`POST /api/v1/events`); answers the status.
+    pub async fn event(&self, invite: &str, kind: &str) -> StatusCode {
+        self.http
+            .post(format!("{}/api/v1/events", self.base))
+            .bearer_auth(&self.key)
+            .json(&json!({"invite_id": invite, "type": kind}))
+            .send()
+            .await
+            .expect("event")
+            .status()
+    }
+
     /// An invite that must be answered 200.
     pub async fn accepted(&self, sender: &str, recipient: &str) {
         let resp = self

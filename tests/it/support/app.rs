@@ -235,6 +235,33 @@ where
     }
 }
 
+/// Waits up to 10 s until at least `at_least` of `db`'s backends wait on a lock; returns
+/// whether they did.
+pub async fn waiting_on_locks(db: &str, at_least: i64) -> bool {
+    wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(db)
+        .fetch_one(&mut admin().await)
+        .await
+        .expect("pg_stat_activity")
+            >= at_least
+    })
+    .await
+}
+
+/// A transaction holding `idempotency_keys` in share mode: reads go on, and every batch
+/// statement (which writes to it) waits, after its invites were checked, until it ends.
+pub async fn hold_batch_statements(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut lock = pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    lock
+}
+
 /// Waits up to 15 s until `db` has no more than `left` connections open (a backend reports its
 /// statistics as it closes); returns whether it came down to that, and prints the connections
 /// still open when it did not.

@@ -50,6 +50,22 @@ impl RedisServer {
         assert!(up, "redis-server on port {} did not start", self.port);
     }
 
+    /// Makes it answer no client for `ms` milliseconds, as a stalled server would.
+    pub async fn pause(&self, ms: u64) {
+        let mut conn = redis::Client::open(self.url())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("ALL")
+            .query_async(&mut conn)
+            .await
+            .expect("pause");
+    }
+
     /// Kills it at once, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
