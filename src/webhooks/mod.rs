@@ -3,7 +3,7 @@
 //!
 //! Callers write an event into the outbox (`webhook_events`) inside their own transaction with
 //! [`enqueue`], so an event exists exactly when the change it reports was committed. The
-//! [`Deliverer`] claims due events and posts them, retrying with backoff for more than a day.
+//! [`Deliverer`] claims due events and posts them, retrying with backoff until delivered.
 //! A target URL is checked when an app is saved ([`check_url`]) and again at every delivery,
 //! down to the address actually connected to.
 
