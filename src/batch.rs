@@ -11,8 +11,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// A batch that failed: the error, shared by every request of the batch.
 pub type BatchError = Arc<sqlx::Error>;
@@ -69,6 +71,31 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
             .await
             .map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?
+    }
+}
+
+/// Runs `round` every second until `stop` is cancelled, and again at once after a round that
+/// handled a full batch (`full` items), since more may be waiting. A failed round is logged as
+/// `what` failing, and tried again a second later.
+pub async fn every_second<F, Fut, E>(stop: CancellationToken, full: usize, what: &str, mut round: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<usize, E>>,
+    E: std::fmt::Display,
+{
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return,
+        }
+        loop {
+            match round().await {
+                Ok(n) if n == full && !stop.is_cancelled() => continue,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "{what} failed"),
+            }
+            break;
+        }
     }
 }
 

@@ -1,8 +1,6 @@
 //! Invites recorded while Redis could not be asked (`SENDGUARD_ON_REDIS_ERROR=defer`) are
 //! checked against the rules once it answers again, each with its own timestamp, oldest first.
 
-use std::time::Duration;
-
 use tokio_util::sync::CancellationToken;
 
 use super::validate::ValidInvite;
@@ -76,20 +74,9 @@ impl InviteService {
 
     /// Re-checks deferred invites every second until `stop` is cancelled.
     pub async fn watch_deferred(self, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stop.cancelled() => return,
-            }
-            loop {
-                match self.recheck_deferred().await {
-                    // A full batch: there may be more at once.
-                    Ok(n) if n == BATCH as usize && !stop.is_cancelled() => continue,
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "re-checking deferred invites failed"),
-                }
-                break;
-            }
-        }
+        crate::batch::every_second(stop, BATCH as usize, "re-checking deferred invites", || {
+            self.recheck_deferred()
+        })
+        .await;
     }
 }

@@ -248,21 +248,13 @@ impl Outcomes {
 
     /// Counts kept outcomes every second until `stop` is cancelled.
     pub async fn watch_uncounted(self, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stop.cancelled() => return,
-            }
-            loop {
-                match self.count_uncounted().await {
-                    // A full batch: there may be more at once.
-                    Ok(n) if n == RECOUNT_BATCH as usize && !stop.is_cancelled() => continue,
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "counting kept outcomes failed"),
-                }
-                break;
-            }
-        }
+        crate::batch::every_second(
+            stop,
+            RECOUNT_BATCH as usize,
+            "counting kept outcomes",
+            || self.count_uncounted(),
+        )
+        .await;
     }
 
     /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender
