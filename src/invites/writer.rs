@@ -65,8 +65,7 @@ impl Writer {
 }
 
 /// Writes a batch: queued and held invites in one statement, then the flagging ones one by
-/// one, then one commit. Without flagging invites the statement is the whole write, atomic
-/// without a transaction of its own.
+/// one, then one commit ([`write`]).
 async fn commit(
     conn: &mut PgConnection,
     outbox: &Handoff,
@@ -99,23 +98,59 @@ async fn commit(
         lease: outbox.lease(),
         rows: slots.iter().map(Option::is_some).collect(),
     };
+    // Two transactions that create the same new senders in crossed order (one in its batch
+    // statement, the other as it flags it; instances or writers racing) can wait on each other:
+    // Postgres aborts one, and its batch, all rolled back, is simply written again.
+    let mut attempt = 1;
+    let (answers, written) = loop {
+        match write(conn, batch, &rows, &claim).await {
+            Err(e) if attempt < ATTEMPTS && deadlocked(&e) => {
+                tracing::warn!(attempt, error = %e, "a batch was deadlocked; writing it again");
+                attempt += 1;
+            }
+            result => break result?,
+        }
+    };
+    hand_over(&rows, slots, &written);
+    Ok(answers)
+}
+
+/// Writes of one batch tried before its requests get the error.
+const ATTEMPTS: u32 = 3;
+
+/// The transaction was aborted to break a deadlock (or a serialization failure): nothing of
+/// it was kept, and the same writes can be tried again.
+fn deadlocked(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code == "40P01" || code == "40001")
+}
+
+/// One attempt at a batch: its answers and the rows of the batch statement. Without flagging
+/// invites the statement is the whole write, atomic without a transaction of its own.
+async fn write(
+    conn: &mut PgConnection,
+    batch: &[Job],
+    rows: &[Row<'_>],
+    claim: &Claim<'_>,
+) -> Result<(Vec<Written>, Vec<WrittenRow>), sqlx::Error> {
     if rows.len() == batch.len() {
-        let written = insert_batch(conn, &rows, &claim).await?;
-        hand_over(&rows, slots, &written);
-        return Ok(batch
+        let written = insert_batch(conn, rows, claim).await?;
+        let answers = batch
             .iter()
             .map(|job| outcome(job.new.id, &written))
-            .collect());
+            .collect();
+        return Ok((answers, written));
     }
     let mut tx = conn.begin().await?;
     // Flagging invites lock their senders one by one, after the batch statement: the senders
-    // of the whole batch are locked first, in key order, so that two instances' batches never
-    // wait on each other in a circle.
+    // of the whole batch that exist are locked first, in key order, so that two batches lock
+    // them in one order. New ones are created as they come (see the retry in [`commit`]).
     store::lock_senders(&mut tx, batch.iter().map(|job| &job.new.sender)).await?;
     let written = if rows.is_empty() {
         Vec::new()
     } else {
-        insert_batch(&mut tx, &rows, &claim).await?
+        insert_batch(&mut tx, rows, claim).await?
     };
     let mut answers = Vec::with_capacity(batch.len());
     for job in batch {
@@ -133,8 +168,7 @@ async fn commit(
         });
     }
     tx.commit().await?;
-    hand_over(&rows, slots, &written);
-    Ok(answers)
+    Ok((answers, written))
 }
 
 /// Hands the committed invites written claimed to the outbox; the other slots are given back.

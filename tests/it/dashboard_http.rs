@@ -2,7 +2,7 @@
 //! decisions, against a running instance, Postgres, Redis and an SMTP server on 127.0.0.1.
 
 use crate::support::api::Api;
-use crate::support::app::{self as app, api_key, config};
+use crate::support::app::{self as app, api_key, config, sender_state};
 use crate::support::dashboard::{self, hidden};
 use reqwest::StatusCode;
 use sendguard::admin::accounts::Role;
@@ -198,10 +198,7 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         )
         .await;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'eager'")
-        .fetch_one(&stage.pool)
-        .await
-        .expect("state");
+    let state = sender_state(&stage.pool, "eager").await;
     assert_eq!(state, "shadow_banned");
 
     let done = stage
@@ -713,10 +710,7 @@ async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
         decide(version, "confirm_ban", "д".repeat(501)).await,
         StatusCode::BAD_REQUEST
     );
-    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'noted'")
-        .fetch_one(&stage.pool)
-        .await
-        .expect("state");
+    let state = sender_state(&stage.pool, "noted").await;
     assert_eq!(
         state, "shadow_banned",
         "a refused note refuses its decision"

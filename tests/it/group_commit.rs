@@ -300,3 +300,88 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
         .expect("invite");
     assert_eq!(invites, 1, "the flag names the invite written");
 }
+
+/// Two instances whose batches create the same two new senders in crossed order: each creates
+/// one in its batch statement (a queued invite) and then the other as it flags it (a new
+/// sender's link), so each transaction waits on the sender the other just created. Postgres
+/// aborts one of them as deadlocked; its batch must be written again, not answered 503. Locks
+/// line the batches up: a plug invite on each instance waits on its locked sender while the
+/// crossed invites queue behind it, then both crossed batches wait on one table lock, released
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_invite() {
+    let plugs = "INSERT INTO senders (app_id, id) VALUES (1, 'plug1'), (1, 'plug2')";
+    let stage = Stage::start_with("groupcrossed", &[plugs], |cfg| cfg.db_writers = 1).await;
+    let mut config = crate::support::app::config(&stage.db, Some(stage.sink.url()));
+    config.db_writers = 1;
+    let other = sendguard::start(&config).await.expect("second instance");
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let apis = [api.clone(), api.at(format!("http://{}", other.addr))];
+    let db = stage.db.name.clone();
+    let send = |on: usize, sender: &str, message: &str| {
+        let api = apis[on].clone();
+        let body = json!({"sender_id": sender, "recipient": format!("{sender}-{on}@example.com"),
+            "message": message});
+        tokio::spawn(async move { api.send(body).await.0 })
+    };
+
+    let mut plugged = stage.pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM senders WHERE id IN ('plug1', 'plug2') FOR UPDATE")
+        .execute(&mut *plugged)
+        .await
+        .expect("lock the plugs' senders");
+    let mut answers = vec![send(0, "plug1", "Hello"), send(1, "plug2", "Hello")];
+    assert!(
+        waiting_on_locks(&db, 2).await,
+        "the plugs wait on their senders"
+    );
+    let link = "Claim it at http://prize.example";
+    for (on, sender, message) in [
+        (0, "crossA", link),
+        (0, "crossB", "Hi"),
+        (1, "crossA", "Hi"),
+        (1, "crossB", link),
+    ] {
+        answers.push(send(on, sender, message));
+    }
+    // Time for the four to be decided and to queue behind the plugs.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pool = stage.pool.clone();
+    let table = tokio::spawn(async move {
+        let mut table = pool.begin().await.expect("begin");
+        sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
+            .execute(&mut *table)
+            .await
+            .expect("table lock");
+        table
+    });
+    assert!(
+        waiting_on_locks(&db, 3).await,
+        "the table lock waits for the plugs"
+    );
+    plugged.commit().await.expect("release the plugs");
+    let table = table.await.expect("table lock");
+    assert!(
+        waiting_on_locks(&db, 2).await,
+        "both crossed batches wait on the table lock"
+    );
+    table.commit().await.expect("release the crossed batches");
+
+    let mut statuses = Vec::new();
+    for answer in answers {
+        statuses.push(answer.await.expect("request"));
+    }
+    assert_eq!(statuses, vec![StatusCode::OK; 6]);
+    let written: Vec<(String, String)> = sqlx::query_as(
+        "SELECT sender_id, status FROM invites WHERE sender_id LIKE 'cross%'
+         ORDER BY sender_id, status",
+    )
+    .fetch_all(&stage.pool)
+    .await
+    .expect("invites");
+    let held = written
+        .iter()
+        .filter(|(_, status)| status == "held")
+        .count();
+    assert_eq!((written.len(), held), (4, 2), "{written:?}");
+}

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, config, migrated, queued, wait_for};
+use crate::support::app::{Stage, api_key, config, migrated, queued, sender_state, wait_for};
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -86,10 +86,7 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
         .filter(|m| m.to.iter().any(|t| t.ends_with("@example.com")))
         .count();
     assert_eq!(spam_delivered, 5);
-    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'spammer'")
-        .fetch_one(pool)
-        .await
-        .expect("sender");
+    let state = sender_state(pool, "spammer").await;
     assert_eq!(state, "shadow_banned");
     let (rule, observed, limit): (String, i64, i64) = sqlx::query_as(
         "SELECT rule_name, observed, limit_count FROM flags WHERE sender_id = 'spammer'",

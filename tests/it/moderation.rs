@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{self as app, api_key, orphans, queued, wait_for};
+use crate::support::app::{self as app, api_key, orphans, queued, sender_state, wait_for};
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
@@ -344,10 +344,7 @@ async fn a_lift_whose_counters_cannot_be_cleared_changes_nothing() {
         counts(&[("held", 1), ("sent", 3)]),
         "nothing released"
     );
-    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'stuck'")
-        .fetch_one(&stage.pool)
-        .await
-        .expect("state");
+    let state = sender_state(&stage.pool, "stuck").await;
     assert_eq!(state, "shadow_banned", "the lift is not applied");
 }
 
@@ -404,10 +401,7 @@ async fn lifting_an_address_rules_ban_clears_that_addresss_counter() {
         4,
         "the released invite and the next one"
     );
-    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'shared'")
-        .fetch_one(&stage.pool)
-        .await
-        .expect("state");
+    let state = sender_state(&stage.pool, "shared").await;
     assert_eq!(state, "active");
 }
 

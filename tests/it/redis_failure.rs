@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, queued, wait_for};
+use crate::support::app::{Stage, api_key, queued, sender_state, wait_for};
 use crate::support::redis_server::RedisServer;
 use reqwest::StatusCode;
 use sendguard::config::RedisPolicy;
@@ -92,10 +92,7 @@ async fn deferred_invites_are_checked_once_redis_returns() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 5)]));
     assert_eq!(sink.messages().len(), 5);
-    let state: String = sqlx::query_scalar("SELECT state FROM senders WHERE id = 'steady'")
-        .fetch_one(pool)
-        .await
-        .expect("sender");
+    let state = sender_state(pool, "steady").await;
     assert_eq!(state, "shadow_banned");
     let marked: i64 =
         sqlx::query_scalar("SELECT count(*) FROM invites WHERE (decision->>'deferred')::boolean")
@@ -283,11 +280,7 @@ async fn a_complaint_during_a_redis_outage_is_counted_once_redis_returns() {
     assert_eq!(counted().await, Some(false), "kept, waiting to be counted");
     redis.restart().await;
     let banned = wait_for(Duration::from_secs(15), || async {
-        sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'plain'")
-            .fetch_one(&stage.pool)
-            .await
-            .expect("state")
-            == "shadow_banned"
+        sender_state(&stage.pool, "plain").await == "shadow_banned"
     })
     .await;
     assert!(banned, "the complaint was counted against its sender");
@@ -443,12 +436,7 @@ async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
         .expect("lease over");
     // Past the task's next round.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let state = || async {
-        sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'dropped'")
-            .fetch_one(&stage.pool)
-            .await
-            .expect("state")
-    };
+    let state = || async { sender_state(&stage.pool, "dropped").await };
     assert_eq!(
         state().await,
         "active",
@@ -484,12 +472,7 @@ async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
         assert_eq!(status, StatusCode::OK);
         ids.push(id.expect("id"));
     }
-    let state = || async {
-        sqlx::query_scalar::<_, String>("SELECT state FROM senders WHERE id = 'pardoned'")
-            .fetch_one(&stage.pool)
-            .await
-            .expect("state")
-    };
+    let state = || async { sender_state(&stage.pool, "pardoned").await };
     assert_eq!(api.event(&ids[0], "complaint").await, StatusCode::ACCEPTED);
     assert_eq!(state().await, "shadow_banned");
     redis.kill();

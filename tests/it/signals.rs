@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key, wait_for};
+use crate::support::app::{Stage, api_key, app_key, sender_state, wait_for};
 use crate::support::smtp::SmtpSink;
 
 async fn statuses(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
@@ -24,14 +24,6 @@ async fn statuses(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
 
 fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
     pairs.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect()
-}
-
-async fn state(pool: &PgPool, sender: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
-        .bind(sender)
-        .fetch_one(pool)
-        .await
-        .expect("sender")
 }
 
 /// A new sender's invite with a link is held for review (the sender flagged, its state
@@ -75,7 +67,7 @@ async fn links_from_new_senders_are_held_and_the_next_clean_invite_goes_out() {
         counts(&[("held", 1), ("sent", 1)])
     );
     assert_eq!(
-        state(&stage.pool, "newbie").await,
+        sender_state(&stage.pool, "newbie").await,
         "active",
         "a hold changes no state"
     );
@@ -107,9 +99,12 @@ async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
         api.accepted("team-lead", &format!("colleague{}@example.com", n % 3))
             .await;
     }
-    assert_eq!(state(&stage.pool, "team-lead").await, "active");
+    assert_eq!(sender_state(&stage.pool, "team-lead").await, "active");
     api.accepted("team-lead", "stranger@example.com").await;
-    assert_eq!(state(&stage.pool, "team-lead").await, "shadow_banned");
+    assert_eq!(
+        sender_state(&stage.pool, "team-lead").await,
+        "shadow_banned"
+    );
     let observed: i64 = sqlx::query_scalar(
         "SELECT observed FROM flags WHERE rule_name = 'sender-distinct-recipients-daily'",
     )
@@ -135,9 +130,9 @@ async fn recipients_that_collide_in_a_public_hash_count_as_two() {
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     api.accepted("picker", &first).await;
-    assert_eq!(state(&stage.pool, "picker").await, "active");
+    assert_eq!(sender_state(&stage.pool, "picker").await, "active");
     api.accepted("picker", &second).await;
-    assert_eq!(state(&stage.pool, "picker").await, "shadow_banned");
+    assert_eq!(sender_state(&stage.pool, "picker").await, "shadow_banned");
 }
 
 /// Two addresses whose SHA-256 starts with the same 4 bytes: a birthday search, about 80,000
@@ -197,12 +192,12 @@ async fn complaints_reported_through_the_api_ban_the_sender() {
         );
     }
     assert_eq!(
-        state(&stage.pool, "annoying").await,
+        sender_state(&stage.pool, "annoying").await,
         "active",
         "two complaints, limit 2"
     );
     assert_eq!(api.event(&ids[2], "complaint").await, StatusCode::ACCEPTED);
-    assert_eq!(state(&stage.pool, "annoying").await, "shadow_banned");
+    assert_eq!(sender_state(&stage.pool, "annoying").await, "shadow_banned");
     let (status, next) = api
         .send(json!({"sender_id": "annoying", "recipient": "p9@example.com"}))
         .await;
@@ -268,7 +263,7 @@ async fn a_banned_senders_new_account_from_the_same_address_is_linked() {
     for n in 0..2 {
         api.send(from("spammer", n, "2001:db8:7:7::1", "hi")).await;
     }
-    assert_eq!(state(&stage.pool, "spammer").await, "shadow_banned");
+    assert_eq!(sender_state(&stage.pool, "spammer").await, "shadow_banned");
     // Another address in the same /64, an old account (so not caught as a new sender).
     let (status, _) = api
         .send(from(
@@ -605,8 +600,8 @@ async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_o
             .await
             .expect("flags");
     assert_eq!(flags, [("ordinary".to_owned(), "hold".to_owned())]);
-    assert_eq!(state(&stage.pool, "ordinary").await, "active");
-    assert_eq!(state(&stage.pool, "vouched").await, "trusted");
+    assert_eq!(sender_state(&stage.pool, "ordinary").await, "active");
+    assert_eq!(sender_state(&stage.pool, "vouched").await, "trusted");
 }
 
 /// An invite checked while its sender was active, whose write waits, and a complaint that bans
@@ -640,7 +635,7 @@ async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
         api.event(&first.expect("id"), "complaint").await,
         StatusCode::ACCEPTED
     );
-    assert_eq!(state(&stage.pool, "moody").await, "shadow_banned");
+    assert_eq!(sender_state(&stage.pool, "moody").await, "shadow_banned");
     lock.rollback().await.expect("release");
     let (status, second) = second.await.expect("second");
     assert_eq!(status, StatusCode::OK, "answered as any invite");
@@ -672,7 +667,7 @@ async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
         ids.push(id.expect("id"));
     }
     assert_eq!(api.event(&ids[0], "complaint").await, StatusCode::ACCEPTED);
-    assert_eq!(state(&stage.pool, "forgiven").await, "shadow_banned");
+    assert_eq!(sender_state(&stage.pool, "forgiven").await, "shadow_banned");
     // The admin's lift holds the sender while the second complaint is counted.
     let mut lift = stage.pool.begin().await.expect("begin");
     sqlx::query("SELECT 1 FROM senders WHERE id = 'forgiven' FOR UPDATE")
@@ -695,7 +690,7 @@ async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
     .expect("lift");
     lift.commit().await.expect("commit");
     assert_eq!(report.await.expect("report"), StatusCode::ACCEPTED);
-    assert_eq!(state(&stage.pool, "forgiven").await, "active");
+    assert_eq!(sender_state(&stage.pool, "forgiven").await, "active");
     let flags: i64 = sqlx::query_scalar("SELECT count(*) FROM flags WHERE sender_id = 'forgiven'")
         .fetch_one(&stage.pool)
         .await

@@ -300,6 +300,15 @@ pub async fn queued(pool: &PgPool) -> i64 {
         .expect("count queued")
 }
 
+/// The state of sender `id` (of any app; tests use one id per sender).
+pub async fn sender_state(pool: &PgPool, id: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("sender state")
+}
+
 /// A migrated test database with `sql` applied; an app started on it afterwards loads the
 /// rules as `sql` left them.
 pub async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
