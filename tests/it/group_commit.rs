@@ -12,8 +12,8 @@ use tokio::sync::Mutex;
 
 use crate::support::api::Api;
 use crate::support::app::{
-    Stage, admin, api_key, connections_down_to, hold_batch_statements, orphans, wait_for,
-    waiting_on_locks,
+    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_senders, orphans,
+    wait_for, waiting_on_locks,
 };
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
@@ -257,6 +257,33 @@ async fn racing_requests_with_one_idempotency_key_record_one_invite() {
     assert_eq!(refused, expected_refusals);
 }
 
+/// Sends an invite with `key` on a service of two writers, then its retry once the first
+/// attempt waits on `lock` (and the retry on it or on the first), releases the lock, and checks
+/// that both are answered 200 with the first attempt's invite.
+async fn retried_on_two_writers(
+    api: &Api,
+    db: &str,
+    lock: sqlx::Transaction<'static, sqlx::Postgres>,
+    key: &'static str,
+    body: serde_json::Value,
+) {
+    let send = || {
+        let (api, body) = (api.clone(), body.clone());
+        tokio::spawn(async move { api.send_keyed(key, &body).await })
+    };
+    let first = send();
+    assert!(waiting_on_locks(db, 1).await, "the first attempt waits");
+    let retry = send();
+    assert!(
+        waiting_on_locks(db, 2).await,
+        "the retry waits on the other writer"
+    );
+    lock.rollback().await.expect("release");
+    let (first, retry) = (first.await.expect("first"), retry.await.expect("retry"));
+    assert_eq!(first.0, StatusCode::OK);
+    assert_eq!(retry, first, "the retry answers the first attempt's invite");
+}
+
 /// A flagging invite retried with its Idempotency-Key while the first attempt is still being
 /// written, by another writer: the retry finds the key taken only when it claims it, after its
 /// flag. The flag (and its audit entry and webhook event) must go with the invite, so the
@@ -269,24 +296,7 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
     let lock = hold_batch_statements(&stage.pool).await;
     let body = json!({"sender_id": "fresh", "recipient": "r@example.com",
         "message": "see prize[.]example.com"});
-    let send = || {
-        let (api, body) = (api.clone(), body.clone());
-        tokio::spawn(async move { api.send_keyed("retried-1", &body).await })
-    };
-    let first = send();
-    assert!(
-        waiting_on_locks(&db, 1).await,
-        "the first attempt waits to claim its key"
-    );
-    let retry = send();
-    assert!(
-        waiting_on_locks(&db, 2).await,
-        "the retry waits on the other writer"
-    );
-    lock.rollback().await.expect("release");
-    let (first, retry) = (first.await.expect("first"), retry.await.expect("retry"));
-    assert_eq!(first.0, StatusCode::OK);
-    assert_eq!(retry, first, "the retry answers the first attempt's invite");
+    retried_on_two_writers(&api, &db, lock, "retried-1", body).await;
     let flags: Vec<Option<uuid::Uuid>> =
         sqlx::query_scalar("SELECT invite_id FROM flags WHERE sender_id = 'fresh'")
             .fetch_all(&stage.pool)
@@ -325,11 +335,7 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
         tokio::spawn(async move { api.send(body).await.0 })
     };
 
-    let mut plugged = stage.pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM senders WHERE id IN ('plug1', 'plug2') FOR UPDATE")
-        .execute(&mut *plugged)
-        .await
-        .expect("lock the plugs' senders");
+    let plugged = hold_senders(&stage.pool, &["plug1", "plug2"]).await;
     let mut answers = vec![send(0, "plug1", "Hello"), send(1, "plug2", "Hello")];
     assert!(
         waiting_on_locks(&db, 2).await,
@@ -347,14 +353,7 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
     // Time for the four to be decided and to queue behind the plugs.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pool = stage.pool.clone();
-    let table = tokio::spawn(async move {
-        let mut table = pool.begin().await.expect("begin");
-        sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
-            .execute(&mut *table)
-            .await
-            .expect("table lock");
-        table
-    });
+    let table = tokio::spawn(async move { hold_batch_statements(&pool).await });
     assert!(
         waiting_on_locks(&db, 3).await,
         "the table lock waits for the plugs"
@@ -384,4 +383,29 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
         .filter(|(_, status)| status == "held")
         .count();
     assert_eq!((written.len(), held), (4, 2), "{written:?}");
+}
+
+/// A held invite retried with its Idempotency-Key on another writer while the first attempt is
+/// being written: both see the key free, and the retry finds it taken only when it claims it.
+/// It must take no slot under its sender's held cap, or the sender's held count (the review
+/// queue's figure, and what the cap is checked against) drifts up with every such retry. A
+/// lock on the sender's row holds both statements after each has taken its snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_invite_retried_on_another_writer_takes_one_slot() {
+    let muted = "INSERT INTO senders (app_id, id, state) VALUES (1, 'muted', 'shadow_banned')";
+    let stage = Stage::start_with("groupheldrace", &[muted], |cfg| cfg.db_writers = 2).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let db = stage.db.name.clone();
+    let lock = hold_senders(&stage.pool, &["muted"]).await;
+    let body = json!({"sender_id": "muted", "recipient": "r@example.com"});
+    retried_on_two_writers(&api, &db, lock, "held-retry-1", body).await;
+    let counted: (i64, i64, i64) = sqlx::query_as(
+        "SELECT held_stored, held_overflow,
+             (SELECT count(*) FROM invites WHERE sender_id = 'muted' AND status = 'held')
+         FROM senders WHERE id = 'muted'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("held counts");
+    assert_eq!(counted, (1, 0, 1), "held stored, overflow, held invites");
 }

@@ -74,19 +74,23 @@ pub const INSERT_BATCH: &str = "WITH input AS (
                  GROUP BY app_id, sender_id ORDER BY app_id, sender_id COLLATE \"C\") k,
              LATERAL (SELECT app_id, id, state, held_stored FROM senders
                  WHERE app_id = k.app_id AND id = k.sender_id FOR UPDATE) s),
+     held_keyed AS (
+         INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
+         SELECT i.api_key_id, i.idempotency_key, i.id, i.request_hash FROM input i
+         JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
+         WHERE i.held_cap IS NOT NULL AND i.idempotency_key IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
+                 AND j.api_key_id = i.api_key_id AND j.idempotency_key = i.idempotency_key)
+         ORDER BY i.n
+         ON CONFLICT (api_key_id, key) DO NOTHING
+         RETURNING invite_id),
      held AS (
          SELECT i.n, i.app_id, i.sender_id, l.held_stored + row_number()
              OVER (PARTITION BY i.app_id, i.sender_id ORDER BY i.n) <= i.held_cap AS room
          FROM input i
          JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
          WHERE i.held_cap IS NOT NULL
-             AND (i.idempotency_key IS NULL
-                 OR NOT EXISTS (SELECT 1 FROM idempotency_keys k
-                         WHERE k.api_key_id = i.api_key_id AND k.key = i.idempotency_key
-                         OFFSET 0)
-                     AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
-                         AND j.api_key_id = i.api_key_id
-                         AND j.idempotency_key = i.idempotency_key))),
+             AND (i.idempotency_key IS NULL OR i.id IN (SELECT invite_id FROM held_keyed))),
      slots AS (
          SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
              count(*) FILTER (WHERE NOT room) AS overflow
@@ -120,7 +124,7 @@ pub const INSERT_BATCH: &str = "WITH input AS (
      keyed AS (
          INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
          SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
-         WHERE idempotency_key IS NOT NULL ORDER BY n
+         WHERE idempotency_key IS NOT NULL AND room IS NULL ORDER BY n
          ON CONFLICT (api_key_id, key) DO NOTHING
          RETURNING invite_id)
      INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
@@ -139,7 +143,7 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          CASE WHEN claimed AND status = 'queued'
              THEN now() + make_interval(secs => $23::float8) END
      FROM admitted
-     WHERE idempotency_key IS NULL OR id IN (SELECT invite_id FROM keyed)
+     WHERE idempotency_key IS NULL OR room IS NOT NULL OR id IN (SELECT invite_id FROM keyed)
      ORDER BY n
      RETURNING id, created_at, status = 'discarded' AS over_cap,
          CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
@@ -153,13 +157,14 @@ pub const INSERT_BATCH: &str = "WITH input AS (
 /// verdict assumed and its `Idempotency-Key` is unused. A held invite takes a slot under its
 /// sender's cap, in arrival order, counted from the sender's row as it is once locked (every
 /// sender of a batch with held invites is locked first, in key order, each by its primary key
-/// whatever the plan): a repeated request or one whose sender changed takes none. Answers the
-/// rows written.
+/// whatever the plan): a repeated request or one whose sender changed takes none. A held
+/// invite claims its key before it takes a slot, so that a retry being written at the same time
+/// by another transaction (invisible to this statement's snapshot) waits for it and then takes
+/// neither. Answers the rows written.
 ///
 /// A plan is kept by the writer's connection for as long as it lives, and one made while the
 /// tables were small would read them whole once they have grown: the senders are locked
-/// through a lateral subquery, and the `Idempotency-Key` check has `OFFSET 0`, which keeps
-/// Postgres from turning it into a hash of the whole table; both stay probes by key.
+/// through a lateral subquery, which stays a probe by key.
 pub async fn insert_batch(
     conn: &mut PgConnection,
     rows: &[Row<'_>],

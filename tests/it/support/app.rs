@@ -262,6 +262,21 @@ pub async fn hold_batch_statements(pool: &PgPool) -> sqlx::Transaction<'static, 
     lock
 }
 
+/// A transaction holding the rows of senders `ids`: a batch statement with one of them waits
+/// on it after taking its snapshot, until it ends.
+pub async fn hold_senders(
+    pool: &PgPool,
+    ids: &[&str],
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut lock = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM senders WHERE id = ANY($1) FOR UPDATE")
+        .bind(ids)
+        .execute(&mut *lock)
+        .await
+        .expect("lock the senders");
+    lock
+}
+
 /// Waits up to 15 s until `db` has no more than `left` connections open (a backend reports its
 /// statistics as it closes); returns whether it came down to that, and prints the connections
 /// still open when it did not.
