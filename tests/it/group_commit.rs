@@ -19,11 +19,18 @@ use crate::support::app::{
 /// Transactions committed in `db` so far, read from another database so the reading itself is
 /// not counted.
 async fn commits(db: &str) -> i64 {
-    sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
-        .bind(db)
-        .fetch_one(&mut admin().await)
-        .await
-        .expect("pg_stat_database")
+    database_stat(db, "xact_commit").await
+}
+
+/// A counter of `db` in `pg_stat_database`, read from another database.
+async fn database_stat(db: &str, counter: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT {counter} FROM pg_stat_database WHERE datname = $1"
+    ))
+    .bind(db)
+    .fetch_one(&mut admin().await)
+    .await
+    .expect("pg_stat_database")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,6 +371,7 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
         waiting_on_locks(&db, 2).await,
         "both crossed batches wait on the table lock"
     );
+    let deadlocks = database_stat(&db, "deadlocks").await;
     table.commit().await.expect("release the crossed batches");
 
     let mut statuses = Vec::new();
@@ -371,6 +379,15 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
         statuses.push(answer.await.expect("request"));
     }
     assert_eq!(statuses, vec![StatusCode::OK; 6]);
+    // Each backend reports its statistics within a second or so of its transaction's end.
+    let deadlocked = wait_for(Duration::from_secs(5), || async {
+        database_stat(&db, "deadlocks").await > deadlocks
+    })
+    .await;
+    assert!(
+        deadlocked,
+        "the batches did not deadlock: the test proved nothing"
+    );
     let written: Vec<(String, String)> = sqlx::query_as(
         "SELECT sender_id, status FROM invites WHERE sender_id LIKE 'cross%'
          ORDER BY sender_id, status",
