@@ -386,12 +386,22 @@ pub async fn hold(tx: &mut Transaction<'_, Postgres>, flag: &Flag<'_>) -> Result
 }
 
 /// Flags a sender for review and holds nothing: a `hold` rule of bounces or complaints, which
-/// arrive after their invite went out (so no `invite.held` is announced).
+/// arrive after their invite went out (so no `invite.held` is announced). An active sender
+/// waits in the review queue until a reviewer decides.
 pub async fn flag_for_review(
     tx: &mut Transaction<'_, Postgres>,
     flag: &Flag<'_>,
 ) -> Result<(), sqlx::Error> {
-    record_flag(tx, flag, "hold", false).await
+    record_flag(tx, flag, "hold", false).await?;
+    sqlx::query(
+        "UPDATE senders SET review_requested_at = now()
+         WHERE app_id = $1 AND id = $2 AND state = 'active'",
+    )
+    .bind(flag.sender.app_id)
+    .bind(&flag.sender.id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Writes a webhook event about `sender` into the outbox, in the caller's transaction, when

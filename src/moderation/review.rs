@@ -29,10 +29,13 @@ pub enum ReviewAction {
     ReleaseHeld,
     /// Throw the held invites away; the sender's state stays.
     DiscardHeld,
+    /// Nothing to do: the sender stays as it is, its held invites too, and it leaves the queue
+    /// it was in for a flag with nothing held (bounces or complaints over a `hold` rule).
+    Dismiss,
 }
 
 impl ReviewAction {
-    pub const ALL: [ReviewAction; 7] = [
+    pub const ALL: [ReviewAction; 8] = [
         ReviewAction::ConfirmBan,
         ReviewAction::LiftAndRelease,
         ReviewAction::LiftAndDiscard,
@@ -40,6 +43,7 @@ impl ReviewAction {
         ReviewAction::ShadowBan,
         ReviewAction::ReleaseHeld,
         ReviewAction::DiscardHeld,
+        ReviewAction::Dismiss,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +55,7 @@ impl ReviewAction {
             ReviewAction::ShadowBan => "shadow_ban",
             ReviewAction::ReleaseHeld => "release_held",
             ReviewAction::DiscardHeld => "discard_held",
+            ReviewAction::Dismiss => "dismiss",
         }
     }
 
@@ -63,7 +68,7 @@ impl ReviewAction {
             }
             ReviewAction::MarkTrusted => Some(SenderState::Trusted),
             ReviewAction::ShadowBan => Some(SenderState::ShadowBanned),
-            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => None,
+            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld | ReviewAction::Dismiss => None,
         }
     }
 
@@ -76,7 +81,7 @@ impl ReviewAction {
             ReviewAction::LiftAndRelease
             | ReviewAction::MarkTrusted
             | ReviewAction::ReleaseHeld => Some("queued"),
-            ReviewAction::ShadowBan => None,
+            ReviewAction::ShadowBan | ReviewAction::Dismiss => None,
         }
     }
 
@@ -100,7 +105,7 @@ impl ReviewAction {
             }
             ReviewAction::MarkTrusted => Some(EventType::SenderTrusted),
             ReviewAction::ShadowBan => Some(EventType::SenderShadowBanned),
-            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => None,
+            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld | ReviewAction::Dismiss => None,
         }
     }
 }
@@ -228,10 +233,11 @@ pub async fn apply(
         None => state.parse().unwrap_or(SenderState::Active),
     };
     // A lift remembers when a ban ended (a ban within MEMORY_DAYS after is a repeat offence);
-    // a trusted sender made active again was never banned.
+    // a trusted sender made active again was never banned. Any decision answers a request for
+    // review.
     let version: i64 = sqlx::query_scalar(
         "UPDATE senders SET state = $2, version = version + 1, state_changed_at = now(),
-             state_changed_by = $4,
+             state_changed_by = $4, review_requested_at = NULL,
              held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END,
              lifted_at = CASE WHEN $5 AND state IN ('shadow_banned', 'banned') THEN now()
                  ELSE lifted_at END

@@ -8,8 +8,8 @@ use crate::sender::SenderKey;
 
 type Time = chrono::DateTime<chrono::Utc>;
 
-/// The review queue: shadow-banned senders, and active senders with invites held for review,
-/// of every app or of app `$3`; repeat offenders first, then newest flag first, with the
+/// The review queue: shadow-banned senders, and active senders with invites held for review or
+/// flagged for it with nothing held, of every app or of app `$3`; repeat offenders first, then newest flag first, with the
 /// evidence the page shows.
 pub const QUEUE: &str =
     "SELECT s.app_id, a.name AS app, s.id, s.version, s.state, s.repeat_offender, s.linked_to,
@@ -29,7 +29,8 @@ pub const QUEUE: &str =
      FROM (SELECT * FROM senders WHERE state = 'shadow_banned'
                AND ($3::bigint IS NULL OR app_id = $3)
            UNION ALL
-           SELECT * FROM senders WHERE state = 'active' AND held_stored > 0
+           SELECT * FROM senders
+           WHERE state = 'active' AND (held_stored > 0 OR review_requested_at IS NOT NULL)
                AND ($3::bigint IS NULL OR app_id = $3)) s
      JOIN apps a ON a.id = s.app_id
      LEFT JOIN LATERAL (
@@ -49,7 +50,8 @@ pub const QUEUE: &str =
 /// Senders awaiting review.
 pub const AWAITING: &str = "SELECT
      (SELECT count(*) FROM senders WHERE state = 'shadow_banned')
-     + (SELECT count(*) FROM senders WHERE state = 'active' AND held_stored > 0)";
+     + (SELECT count(*) FROM senders
+        WHERE state = 'active' AND (held_stored > 0 OR review_requested_at IS NOT NULL))";
 
 /// A sender's invites, newest first.
 pub const INVITES: &str = "SELECT id, created_at, recipient, status, decision, resource, message,
@@ -119,6 +121,8 @@ pub struct Sender {
     pub linked_to: Option<String>,
     pub repeat_offender: bool,
     pub first_address: Option<String>,
+    /// Flagged for review with nothing held, and not decided since.
+    pub review_requested: bool,
     /// Invites delivered, for the acceptance rate.
     pub sent: i64,
 }
@@ -127,6 +131,7 @@ pub async fn find(pool: &PgPool, sender: &SenderKey) -> Result<Option<Sender>, s
     sqlx::query_as(
         "SELECT id, state, version, first_seen_at, last_seen_at, created_in_app_at, held_stored,
              held_overflow, accepted, linked_to, repeat_offender, first_address,
+             review_requested_at IS NOT NULL AS review_requested,
              (SELECT count(*) FROM invites i
               WHERE i.app_id = s.app_id AND i.sender_id = s.id AND i.status = 'sent') AS sent
          FROM senders s WHERE app_id = $1 AND id = $2",

@@ -25,9 +25,17 @@ impl std::ops::Deref for Stage {
 
 impl Stage {
     async fn new(test: &str) -> Stage {
+        Stage::with(test, "SELECT 1").await
+    }
+
+    /// As `new`, with `sql` applied before the instance starts.
+    async fn with(test: &str, sql: &str) -> Stage {
         let inner = app::Stage::start(
             test,
-            &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+            &[
+                "UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'",
+                sql,
+            ],
         )
         .await;
         sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
@@ -725,4 +733,69 @@ async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
         .await
         .expect("bulk");
     assert_eq!(bulk.status(), StatusCode::BAD_REQUEST, "more than a page");
+}
+
+/// A `hold` rule of complaints flags an active sender and holds nothing (the invite went out
+/// before its complaint came): the sender waits in the review queue, counted among those
+/// awaiting review, until a reviewer decides; a dismissal takes it out and leaves it active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
+    let stage = Stage::with(
+        "dashcomplaint",
+        "UPDATE rules SET action = 'hold', limit_count = 0 WHERE name = 'sender-complaints-daily'",
+    )
+    .await;
+    let (status, id) = stage
+        .api
+        .send(serde_json::json!({"sender_id": "grumbled", "recipient": "g@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        stage.api.event(&id.expect("id"), "complaint").await,
+        StatusCode::ACCEPTED
+    );
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(
+        queue.contains("/admin/senders/default/grumbled")
+            && queue.contains("sender-complaints-daily"),
+        "{queue}"
+    );
+    let (_, overview) = stage.get(&browser, "/admin").await;
+    assert!(
+        overview.contains(r#"<a href="/admin/queue">1</a>"#),
+        "{overview}"
+    );
+
+    let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
+    assert!(page.contains(r#"value="dismiss""#), "{page}");
+    let (csrf, version, held) = (
+        hidden(&page, "csrf"),
+        hidden(&page, "version"),
+        hidden(&page, "held"),
+    );
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("version", version.as_str()),
+        ("held", held.as_str()),
+        ("action", "dismiss"),
+    ];
+    let done = stage.review(&browser, "default/grumbled", &fields).await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(
+        !queue.contains("/admin/senders/default/grumbled"),
+        "{queue}"
+    );
+    assert_eq!(sender_state(&stage.pool, "grumbled").await, "active");
+    let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
+    assert!(!page.contains(r#"value="dismiss""#), "decided: {page}");
+    let dismissed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE sender_id = 'grumbled' AND action = 'dismiss'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("audit");
+    assert_eq!(dismissed, 1);
 }
