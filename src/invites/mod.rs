@@ -33,7 +33,7 @@ use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
 pub use store::batch::INSERT_BATCH;
-use store::{Assumed, NewInvite, Written};
+use store::{Assumed, Flagging, NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
 use writer::{Write, Writer};
 
@@ -186,12 +186,12 @@ impl InviteService {
             }
             let status = decided.status;
             let write = match (decided.breach, status) {
-                (Some(breach), _) => Write::Flagged {
+                (Some(breach), _) => Write::Flagged(Flagging {
                     assumed: state,
                     breach,
-                    cap: self.held_cap,
+                    held_cap: self.held_cap,
                     confirm_repeat: self.confirm_repeat,
-                },
+                }),
                 (None, Status::Held) => Write::Held {
                     assumed: state,
                     cap: self.held_cap,
@@ -243,7 +243,7 @@ impl InviteService {
     async fn record(&self, new: NewInvite, write: Write) -> Result<Written, BatchError> {
         let started = std::time::Instant::now();
         let status = new.status;
-        let flagged = matches!(write, Write::Flagged { .. });
+        let flagged = matches!(write, Write::Flagged(_));
         let sender = new.sender.clone();
         let written = self.writer.write(new, write).await;
         match &written {

@@ -9,9 +9,9 @@
 
 use sqlx::{Connection, PgConnection};
 
-use super::policy::{Breach, Status};
+use super::policy::Status;
 use super::store::batch::{Claim, Row, WrittenRow, insert_batch, outcome};
-use super::store::{self, Assumed, NewInvite, Written};
+use super::store::{self, Assumed, Flagging, NewInvite, Written};
 use crate::batch::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::mail::{Handoff, Outgoing, Slot};
@@ -27,12 +27,7 @@ pub enum Write {
     /// Held, with no new flag.
     Held { assumed: SenderState, cap: i64 },
     /// With the flag of a breach.
-    Flagged {
-        assumed: SenderState,
-        breach: Breach,
-        cap: i64,
-        confirm_repeat: bool,
-    },
+    Flagged(Flagging),
 }
 
 struct Job {
@@ -84,7 +79,7 @@ async fn commit(
                 assumed: Assumed::state(assumed),
                 held_cap: Some(cap),
             }),
-            Write::Flagged { .. } => None,
+            Write::Flagged(_) => None,
         })
         .collect();
     // Room in the outbox is taken before the write, so that every invite written claimed by it
@@ -155,14 +150,8 @@ async fn write(
     let mut answers = Vec::with_capacity(batch.len());
     for job in batch {
         answers.push(match &job.write {
-            Write::Flagged {
-                assumed,
-                breach,
-                cap,
-                confirm_repeat,
-            } => {
-                store::insert_with_flag(&mut tx, &job.new, *assumed, breach, *cap, *confirm_repeat)
-                    .await?
+            Write::Flagged(flagging) => {
+                store::insert_with_flag(&mut tx, &job.new, flagging).await?
             }
             _ => outcome(job.new.id, &written),
         });

@@ -81,6 +81,17 @@ impl Assumed {
     }
 }
 
+/// The verdict of an invite that flags its sender.
+pub struct Flagging {
+    /// The sender's state the verdict was made for.
+    pub assumed: SenderState,
+    pub breach: Breach,
+    /// The most held invites the sender may have stored.
+    pub held_cap: i64,
+    /// A repeat offender's shadow ban is confirmed at once.
+    pub confirm_repeat: bool,
+}
+
 /// Locks the rows of these senders (those that exist) in key order, bytewise as the batch
 /// statement orders them, so that two transactions locking senders never wait on each other
 /// in a circle; answers their states as locked.
@@ -161,10 +172,7 @@ fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
 pub async fn insert_with_flag(
     tx: &mut Transaction<'_, Postgres>,
     new: &NewInvite,
-    assumed: SenderState,
-    breach: &Breach,
-    held_cap: i64,
-    confirm_repeat: bool,
+    flagging: &Flagging,
 ) -> Result<Written, sqlx::Error> {
     if let Some(key) = &new.idempotency_key {
         let taken: bool = sqlx::query_scalar(
@@ -185,18 +193,17 @@ pub async fn insert_with_flag(
         .bind(new.sender.app_id)
         .fetch_one(&mut **tx)
         .await?;
-    if stored != assumed.as_str() {
+    if stored != flagging.assumed.as_str() {
         return Ok(Written::Skipped);
     }
     if new.idempotency_key.is_none() {
-        return flag_and_write(tx, new, assumed, breach, held_cap, confirm_repeat).await;
+        return flag_and_write(tx, new, flagging).await;
     }
     // The key is claimed after the flag, and a request with the same key still being written
     // elsewhere was invisible to the check above: when the claim finds the key taken, the flag
     // (its audit entry, its webhook event) is undone with the invite, to a savepoint.
     let mut attempt = tx.begin().await?;
-    let written =
-        flag_and_write(&mut attempt, new, assumed, breach, held_cap, confirm_repeat).await?;
+    let written = flag_and_write(&mut attempt, new, flagging).await?;
     if written == Written::Skipped {
         attempt.rollback().await?;
     } else {
@@ -205,24 +212,27 @@ pub async fn insert_with_flag(
     Ok(written)
 }
 
-/// The flag and the invite of [`insert_with_flag`], its sender locked in `assumed`.
+/// The flag and the invite of [`insert_with_flag`], its sender locked in the assumed state.
 async fn flag_and_write(
     tx: &mut Transaction<'_, Postgres>,
     new: &NewInvite,
-    assumed: SenderState,
-    breach: &Breach,
-    held_cap: i64,
-    confirm_repeat: bool,
+    flagging: &Flagging,
 ) -> Result<Written, sqlx::Error> {
     // The upsert locked the row, so the state it read is the state the flag changes.
-    let now = flag(tx, &new.sender, breach, Some(new.id), confirm_repeat)
-        .await?
-        .unwrap_or(assumed);
+    let now = flag(
+        tx,
+        &new.sender,
+        &flagging.breach,
+        Some(new.id),
+        flagging.confirm_repeat,
+    )
+    .await?
+    .unwrap_or(flagging.assumed);
     if new.status == Status::Held {
         let row = batch::Row {
             new,
             assumed: Assumed::state(now),
-            held_cap: Some(held_cap),
+            held_cap: Some(flagging.held_cap),
         };
         let rows = batch::insert_batch(tx, &[row], &batch::Claim::none(1)).await?;
         return Ok(batch::outcome(new.id, &rows));
