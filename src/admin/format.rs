@@ -79,6 +79,10 @@ impl Notice {
             Notice::Confirmed { confirmed, changed } => {
                 format!("done=confirmed&n={confirmed}&m={changed}")
             }
+            Notice::Reviewed {
+                action: ReviewAction::Dismiss,
+                ..
+            } => "Dismissed: the sender stays as it is.".into(),
             Notice::Reviewed { action, invites } => format!("done={}&n={invites}", action.as_str()),
             Notice::RuleSaved => "done=rule_saved".into(),
             Notice::InviteDecided { changed } => {
@@ -102,6 +106,10 @@ impl Notice {
                 }
                 text
             }
+            Notice::Reviewed {
+                action: ReviewAction::Dismiss,
+                ..
+            } => "Dismissed: the sender stays as it is.".into(),
             Notice::Reviewed { action, invites } => format!(
                 "Done: {} ({invites} held invite(s) changed).",
                 action.as_str().replace('_', " ")

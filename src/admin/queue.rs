@@ -1,5 +1,5 @@
-//! The review queue: senders shadow-banned by a rule, waiting for a decision, with a bulk
-//! "confirm ban".
+//! The review queue: senders shadow-banned by a rule, holding invites or flagged for review,
+//! waiting for a decision, with a bulk "confirm ban" of the shadow-banned ones.
 
 use askama::Template;
 use askama_web::WebTemplate;

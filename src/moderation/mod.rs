@@ -387,14 +387,15 @@ pub async fn hold(tx: &mut Transaction<'_, Postgres>, flag: &Flag<'_>) -> Result
 
 /// Flags a sender for review and holds nothing: a `hold` rule of bounces or complaints, which
 /// arrive after their invite went out (so no `invite.held` is announced). An active sender
-/// waits in the review queue until a reviewer decides.
+/// waits in the review queue until a reviewer decides; the flag is news to any page open on
+/// the sender, so its version moves and a decision made from that page is refused as stale.
 pub async fn flag_for_review(
     tx: &mut Transaction<'_, Postgres>,
     flag: &Flag<'_>,
 ) -> Result<(), sqlx::Error> {
     record_flag(tx, flag, "hold", false).await?;
     sqlx::query(
-        "UPDATE senders SET review_requested_at = now()
+        "UPDATE senders SET review_requested_at = now(), version = version + 1
          WHERE app_id = $1 AND id = $2 AND state = 'active'",
     )
     .bind(flag.sender.app_id)

@@ -737,7 +737,8 @@ async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
 
 /// A `hold` rule of complaints flags an active sender and holds nothing (the invite went out
 /// before its complaint came): the sender waits in the review queue, counted among those
-/// awaiting review, until a reviewer decides; a dismissal takes it out and leaves it active.
+/// awaiting review, until a reviewer decides; a dismissal takes it out and leaves it active. A
+/// complaint that flags it again while the page is open makes the page stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
     let stage = Stage::with(
@@ -745,15 +746,20 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
         "UPDATE rules SET action = 'hold', limit_count = 0 WHERE name = 'sender-complaints-daily'",
     )
     .await;
-    let (status, id) = stage
-        .api
-        .send(serde_json::json!({"sender_id": "grumbled", "recipient": "g@example.com"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(
-        stage.api.event(&id.expect("id"), "complaint").await,
-        StatusCode::ACCEPTED
-    );
+    let complain = |n: u32| {
+        let api = stage.api.clone();
+        async move {
+            let body = serde_json::json!({"sender_id": "grumbled",
+                "recipient": format!("g{n}@example.com")});
+            let (status, id) = api.send(body).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(
+                api.event(&id.expect("id"), "complaint").await,
+                StatusCode::ACCEPTED
+            );
+        }
+    };
+    complain(0).await;
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
@@ -768,21 +774,32 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
         "{overview}"
     );
 
-    let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
-    assert!(page.contains(r#"value="dismiss""#), "{page}");
-    let (csrf, version, held) = (
-        hidden(&page, "csrf"),
-        hidden(&page, "version"),
-        hidden(&page, "held"),
+    // The dismissal form of the sender page as it is now.
+    let dismissal = || async {
+        let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
+        assert!(page.contains(r#"value="dismiss""#), "{page}");
+        ["csrf", "version", "held"].map(|name| (name, hidden(&page, name)))
+    };
+    let dismiss = |form: [(&'static str, String); 3]| {
+        let (stage, browser) = (&stage, &browser);
+        async move {
+            let mut fields: Vec<(&str, &str)> =
+                form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            fields.push(("action", "dismiss"));
+            stage
+                .review(browser, "default/grumbled", &fields)
+                .await
+                .status()
+        }
+    };
+    let stale = dismissal().await;
+    complain(1).await;
+    assert_eq!(
+        dismiss(stale).await,
+        StatusCode::CONFLICT,
+        "a dismissal from a page loaded before the second complaint's flag"
     );
-    let fields = [
-        ("csrf", csrf.as_str()),
-        ("version", version.as_str()),
-        ("held", held.as_str()),
-        ("action", "dismiss"),
-    ];
-    let done = stage.review(&browser, "default/grumbled", &fields).await;
-    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(dismiss(dismissal().await).await, StatusCode::SEE_OTHER);
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
         !queue.contains("/admin/senders/default/grumbled"),
