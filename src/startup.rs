@@ -158,7 +158,7 @@ impl Services {
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
-            writer: Writer::start(batches, cfg.db_writers, outbox.handoff()),
+            writer: Writer::start(batches, cfg.db_writers, outbox.handoff(), metrics.clone()),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),

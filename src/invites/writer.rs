@@ -15,6 +15,7 @@ use super::store::{self, Assumed, Flagging, NewInvite, Written};
 use crate::batch::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::mail::{Handoff, Outgoing, Slot};
+use crate::metrics::Metrics;
 use crate::moderation::SenderState;
 
 /// The most invites one transaction writes.
@@ -42,12 +43,18 @@ pub struct Writer(Batcher<Job, Written>);
 impl Writer {
     /// Starts `writers` writing tasks on the batch connections (`SENDGUARD_DB_WRITERS`),
     /// handing queued invites to `outbox`.
-    pub fn start(connections: KeptConnections, writers: usize, outbox: Handoff) -> Writer {
+    pub fn start(
+        connections: KeptConnections,
+        writers: usize,
+        outbox: Handoff,
+        metrics: Metrics,
+    ) -> Writer {
         Writer(Batcher::start(MAX_BATCH, writers, move |batch| {
-            let (connections, outbox) = (connections.clone(), outbox.clone());
+            let (connections, outbox, metrics) =
+                (connections.clone(), outbox.clone(), metrics.clone());
             async move {
                 connections
-                    .run(async |conn| commit(conn, &outbox, &batch).await)
+                    .run(async |conn| commit(conn, &outbox, &metrics, &batch).await)
                     .await
             }
         }))
@@ -64,6 +71,7 @@ impl Writer {
 async fn commit(
     conn: &mut PgConnection,
     outbox: &Handoff,
+    metrics: &Metrics,
     batch: &[Job],
 ) -> Result<Vec<Written>, sqlx::Error> {
     let rows: Vec<Row<'_>> = batch
@@ -101,11 +109,13 @@ async fn commit(
         match write(conn, batch, &rows, &claim).await {
             Err(e) if attempt < ATTEMPTS && deadlocked(&e) => {
                 tracing::warn!(attempt, error = %e, "a batch was deadlocked; writing it again");
+                metrics.batch_retried();
                 attempt += 1;
             }
             result => break result?,
         }
     };
+    metrics.batch_written(batch.len());
     hand_over(&rows, slots, &written);
     Ok(answers)
 }

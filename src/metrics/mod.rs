@@ -38,6 +38,9 @@ fn latency() -> Histogram {
     Histogram::new(BUCKETS)
 }
 
+/// Upper bounds of the batch-size buckets, in invites, up to the largest batch.
+const BATCH_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
 /// The process's metrics; clones share them.
 #[derive(Clone)]
 pub struct Metrics {
@@ -56,6 +59,8 @@ struct Inner {
     postgres_seconds: Histogram,
     smtp_seconds: Histogram,
     http_request_seconds: Family<HttpLabels, Histogram, fn() -> Histogram>,
+    batch_invites: Histogram,
+    batch_retries: Counter,
 }
 
 impl Default for Metrics {
@@ -71,6 +76,8 @@ impl Default for Metrics {
             postgres_seconds: latency(),
             smtp_seconds: latency(),
             http_request_seconds: Family::new_with_constructor(latency),
+            batch_invites: Histogram::new(BATCH_BUCKETS),
+            batch_retries: Counter::default(),
         };
         // Counters are registered without `_total`, which the encoder appends; help texts
         // without their final period, which it adds.
@@ -120,6 +127,16 @@ impl Default for Metrics {
             "Latency of HTTP requests by route and status",
             inner.http_request_seconds.clone(),
         );
+        r.register(
+            "sendguard_batch_invites",
+            "Invites written by one commit of the group commit",
+            inner.batch_invites.clone(),
+        );
+        r.register(
+            "sendguard_batch_retries",
+            "Batches written again after Postgres aborted them as deadlocked",
+            inner.batch_retries.clone(),
+        );
         Metrics {
             inner: Arc::new(inner),
         }
@@ -166,6 +183,16 @@ impl Metrics {
     /// One invite recorded in Postgres.
     pub fn postgres_latency(&self, took: Duration) {
         self.inner.postgres_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One batch of `invites` committed by the writer.
+    pub fn batch_written(&self, invites: usize) {
+        self.inner.batch_invites.observe(invites as f64);
+    }
+
+    /// One batch written again after a deadlock.
+    pub fn batch_retried(&self) {
+        self.inner.batch_retries.inc();
     }
 
     /// One email sent.

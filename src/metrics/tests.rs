@@ -60,6 +60,16 @@ fn every_metric_keeps_its_name_type_and_help() {
             "histogram",
             "Latency of HTTP requests by route and status.",
         ),
+        (
+            "sendguard_batch_invites",
+            "histogram",
+            "Invites written by one commit of the group commit.",
+        ),
+        (
+            "sendguard_batch_retries",
+            "counter",
+            "Batches written again after Postgres aborted them as deadlocked.",
+        ),
     ] {
         let lines = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
         assert!(text.contains(&lines), "{lines} in\n{text}");

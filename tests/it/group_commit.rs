@@ -388,6 +388,21 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
         deadlocked,
         "the batches did not deadlock: the test proved nothing"
     );
+    let mut retried = 0.0;
+    for metrics in [stage.app.metrics_addr, other.metrics_addr] {
+        let text = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        retried += text
+            .lines()
+            .find_map(|line| line.strip_prefix("sendguard_batch_retries_total "))
+            .and_then(|value| value.parse::<f64>().ok())
+            .expect("the retry counter");
+    }
+    assert_eq!(retried, 1.0, "one of the two batches was written again");
     let written: Vec<(String, String)> = sqlx::query_as(
         "SELECT sender_id, status FROM invites WHERE sender_id LIKE 'cross%'
          ORDER BY sender_id, status",

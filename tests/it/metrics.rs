@@ -85,6 +85,10 @@ async fn metrics_follow_a_scripted_scenario() {
     );
     expect("sendguard_redis_seconds_count", 3.0);
     expect("sendguard_postgres_seconds_count", 3.0);
+    // One at a time: a batch each.
+    expect("sendguard_batch_invites_count", 3.0);
+    expect("sendguard_batch_invites_sum", 3.0);
+    expect("sendguard_batch_retries_total", 0.0);
     expect("sendguard_smtp_seconds_count", 2.0);
     expect(
         "sendguard_http_request_seconds_count{route=\"/api/v1/invites\",status=\"200\"}",
