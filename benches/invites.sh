@@ -146,10 +146,11 @@ calls_before=$(script_calls)
 # Reads of client sockets Redis made: how many invites' calls arrive in one read.
 redis_reads() { redis-cli -u "$redis_url" info stats | tr -d '\r' | awk -F: '/^total_reads_processed:/ {print $2}'; }
 reads_before=$(redis_reads)
-# The service's own latency histograms, for where a request waits: summed over the phase.
+# The service's own latency histograms, for where a request waits, and the size of its
+# batches: summed over the phase.
 waited() {
   curl -fs "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^sendguard_(http_request|postgres|redis)_seconds_(sum|count)/ {
+    awk '/^sendguard_((http_request|postgres|redis)_seconds|batch_invites)_(sum|count)/ {
       name = $1; sub(/\{.*/, "", name); total[name] += $2 }
       END { for (n in total) printf "%s=%s ", n, total[n] }'
 }
@@ -234,15 +235,19 @@ echo "redis bytes per active sender: $(per_sender "$all_kinds")" \
   "$(awk -v k="${kind_keys[ip]:-0}" -v n="$senders" 'BEGIN { printf "%.1f", k / (n > 0 ? n : 1) }') per sender;" \
   "recipient keys $(per_sender "$(kind_total recipient)");" \
   "$(kind_total global) bytes of global keys)"
-# Mean time per request in the saturation phase: the whole request (invites route and every
-# other), the writer (queue, batch statement, commit) and the rules' Redis calls.
-mean_ms() {
+# The mean of a histogram over the saturation phase, times $2.
+mean_of() {
   awk -v b="$(field "${1}_sum" "$waits_before")" -v a="$(field "${1}_sum" "$waits_after")" \
-    -v cb="$(field "${1}_count" "$waits_before")" -v ca="$(field "${1}_count" "$waits_after")" \
-    'BEGIN { printf "%.2f", (ca > cb ? (a - b) * 1000 / (ca - cb) : 0) }'
+    -v cb="$(field "${1}_count" "$waits_before")" -v ca="$(field "${1}_count" "$waits_after")" -v x="$2" \
+    'BEGIN { printf "%.2f", (ca > cb ? (a - b) * x / (ca - cb) : 0) }'
 }
+mean_ms() { mean_of "$1" 1000; }
+# Mean time per request in the saturation phase: the whole request (invites route and every
+# other), the writer (queue, batch statement, commit) and the rules' Redis calls; and how many
+# invites each commit wrote.
 echo "mean ms per request at saturation: whole request $(mean_ms sendguard_http_request_seconds)," \
   "waiting on the writer $(mean_ms sendguard_postgres_seconds), on Redis $(mean_ms sendguard_redis_seconds)"
+echo "invites per commit at saturation: $(mean_of sendguard_batch_invites 1)"
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
   'BEGIN { printf "cpu ms per 1,000 invites at saturation: sendguard %.0f, postgres %.0f, redis %.0f\n", s * n * 1e6 / rps, p * n * 1e6 / rps, r * n * 1e6 / rps }'
