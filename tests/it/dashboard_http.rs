@@ -749,14 +749,8 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
     let complain = |n: u32| {
         let api = stage.api.clone();
         async move {
-            let body = serde_json::json!({"sender_id": "grumbled",
-                "recipient": format!("g{n}@example.com")});
-            let (status, id) = api.send(body).await;
-            assert_eq!(status, StatusCode::OK);
-            assert_eq!(
-                api.event(&id.expect("id"), "complaint").await,
-                StatusCode::ACCEPTED
-            );
+            let id = api.accepted("grumbled", &format!("g{n}@example.com")).await;
+            assert_eq!(api.event(&id, "complaint").await, StatusCode::ACCEPTED);
         }
     };
     complain(0).await;

@@ -257,11 +257,7 @@ async fn a_complaint_during_a_redis_outage_is_counted_once_redis_returns() {
         300,
     )
     .await;
-    let (status, id) = api
-        .send(json!({"sender_id": "plain", "recipient": "c@example.com"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    let id = id.expect("id");
+    let id = api.accepted("plain", "c@example.com").await;
     redis.kill();
     assert_eq!(
         api.event(&id, "complaint").await,
@@ -352,13 +348,10 @@ async fn deferred_invites_of_a_banned_sender_keep_to_the_held_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     let (redis, stage, api) = on_own_redis("outcomeslow", &[], RedisPolicy::Defer, 10_000).await;
-    let (status, id) = api
-        .send(json!({"sender_id": "calm", "recipient": "w@example.com"}))
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let id = api.accepted("calm", "w@example.com").await;
     redis.pause(2_000).await;
     let reporter = api.clone();
-    let report = tokio::spawn(async move { reporter.event(&id.expect("id"), "complaint").await });
+    let report = tokio::spawn(async move { reporter.event(&id, "complaint").await });
     let held = wait_for(Duration::from_millis(1_500), || async {
         sqlx::query_scalar::<_, i64>(
             // One of the outcome's (the deferred re-check's rounds, a transaction across Redis
@@ -393,11 +386,7 @@ async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
     .await;
     let mut ids = Vec::new();
     for n in 0..3 {
-        let (status, id) = api
-            .send(json!({"sender_id": "dropped", "recipient": format!("d{n}@example.com")}))
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        ids.push(id.expect("id"));
+        ids.push(api.accepted("dropped", &format!("d{n}@example.com")).await);
     }
     let complain = |id: String, timeout: Duration| {
         let api = api.clone();
@@ -466,11 +455,7 @@ async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
     .await;
     let mut ids = Vec::new();
     for n in 0..2 {
-        let (status, id) = api
-            .send(json!({"sender_id": "pardoned", "recipient": format!("p{n}@example.com")}))
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        ids.push(id.expect("id"));
+        ids.push(api.accepted("pardoned", &format!("p{n}@example.com")).await);
     }
     let state = || async { sender_state(&stage.pool, "pardoned").await };
     assert_eq!(api.event(&ids[0], "complaint").await, StatusCode::ACCEPTED);

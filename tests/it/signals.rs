@@ -164,11 +164,7 @@ async fn complaints_reported_through_the_api_ban_the_sender() {
     let colleague = Api::new(stage.base(), api_key(&stage.pool).await);
     let mut ids = Vec::new();
     for n in 0..4 {
-        let (status, id) = api
-            .send(json!({"sender_id": "annoying", "recipient": format!("p{n}@example.com")}))
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        ids.push(id.expect("id"));
+        ids.push(api.accepted("annoying", &format!("p{n}@example.com")).await);
     }
     assert_eq!(
         other.event(&ids[0], "complaint").await,
@@ -312,10 +308,7 @@ async fn accepted_invites_end_a_senders_newness() {
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let mut ids = Vec::new();
     for n in 0..5 {
-        let (_, id) = api
-            .send(json!({"sender_id": "welcome", "recipient": format!("f{n}@example.com")}))
-            .await;
-        ids.push(id.expect("id"));
+        ids.push(api.accepted("welcome", &format!("f{n}@example.com")).await);
     }
     for id in &ids {
         assert_eq!(api.event(id, "accepted").await, StatusCode::ACCEPTED);
@@ -581,11 +574,7 @@ async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_o
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let mut ids = Vec::new();
     for sender in ["ordinary", "vouched"] {
-        let (status, id) = api
-            .send(json!({"sender_id": sender, "recipient": format!("{sender}@example.com")}))
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        ids.push(id.expect("id"));
+        ids.push(api.accepted(sender, &format!("{sender}@example.com")).await);
     }
     sqlx::query("UPDATE senders SET state = 'trusted' WHERE id = 'vouched'")
         .execute(&stage.pool)
@@ -660,11 +649,7 @@ async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let mut ids = Vec::new();
     for n in 0..2 {
-        let (status, id) = api
-            .send(json!({"sender_id": "forgiven", "recipient": format!("f{n}@example.com")}))
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        ids.push(id.expect("id"));
+        ids.push(api.accepted("forgiven", &format!("f{n}@example.com")).await);
     }
     assert_eq!(api.event(&ids[0], "complaint").await, StatusCode::ACCEPTED);
     assert_eq!(sender_state(&stage.pool, "forgiven").await, "shadow_banned");

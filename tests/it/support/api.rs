@@ -73,12 +73,13 @@ impl Api {
             .status()
     }
 
-    /// An invite that must be answered 200.
-    pub async fn accepted(&self, sender: &str, recipient: &str) {
-        let resp = self
-            .invite(json!({"sender_id": sender, "recipient": recipient}))
+    /// An invite that must be answered 200; answers its id.
+    pub async fn accepted(&self, sender: &str, recipient: &str) -> String {
+        let (status, id) = self
+            .send(json!({"sender_id": sender, "recipient": recipient}))
             .await;
-        assert_eq!(resp.status(), StatusCode::OK, "invite from {sender}");
+        assert_eq!(status, StatusCode::OK, "invite from {sender}");
+        id.expect("the invite's id")
     }
 }
 
