@@ -318,6 +318,25 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
     assert_eq!(invites, 1, "the flag names the invite written");
 }
 
+/// Series `name` summed over the instances whose metrics listen at `instances`.
+async fn metric_sum(instances: &[std::net::SocketAddr], name: &str) -> f64 {
+    let mut sum = 0.0;
+    for at in instances {
+        let text = reqwest::get(format!("http://{at}/metrics"))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        sum += text
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{text}"));
+    }
+    sum
+}
+
 /// Two instances whose batches create the same two new senders in crossed order: each creates
 /// one in its batch statement (a queued invite) and then the other as it flags it (a new
 /// sender's link), so each transaction waits on the sender the other just created. Postgres
@@ -357,8 +376,14 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
     ] {
         answers.push(send(on, sender, message));
     }
-    // Time for the four to be decided and to queue behind the plugs.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The four decided (three limiter calls on each instance, its plug's and two) are queued
+    // behind the plugs.
+    let instances = [stage.app.metrics_addr, other.metrics_addr];
+    let decided = wait_for(Duration::from_secs(10), || async {
+        metric_sum(&instances, "sendguard_redis_seconds_count").await == 6.0
+    })
+    .await;
+    assert!(decided, "the crossed invites were decided");
     let pool = stage.pool.clone();
     let table = tokio::spawn(async move { hold_batch_statements(&pool).await });
     assert!(
@@ -388,21 +413,11 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
         deadlocked,
         "the batches did not deadlock: the test proved nothing"
     );
-    let mut retried = 0.0;
-    for metrics in [stage.app.metrics_addr, other.metrics_addr] {
-        let text = reqwest::get(format!("http://{metrics}/metrics"))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
-        retried += text
-            .lines()
-            .find_map(|line| line.strip_prefix("sendguard_batch_retries_total "))
-            .and_then(|value| value.parse::<f64>().ok())
-            .expect("the retry counter");
-    }
-    assert_eq!(retried, 1.0, "one of the two batches was written again");
+    assert_eq!(
+        metric_sum(&instances, "sendguard_batch_retries_total").await,
+        1.0,
+        "one of the two batches was written again"
+    );
     let written: Vec<(String, String)> = sqlx::query_as(
         "SELECT sender_id, status FROM invites WHERE sender_id LIKE 'cross%'
          ORDER BY sender_id, status",
