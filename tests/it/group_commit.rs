@@ -12,8 +12,8 @@ use tokio::sync::Mutex;
 
 use crate::support::api::Api;
 use crate::support::app::{
-    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_senders, orphans,
-    wait_for, waiting_on_locks,
+    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_flags, hold_senders,
+    orphans, wait_for, waiting_in, waiting_on_locks,
 };
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
@@ -342,8 +342,9 @@ async fn metric_sum(instances: &[std::net::SocketAddr], name: &str) -> f64 {
 /// sender's link), so each transaction waits on the sender the other just created. Postgres
 /// aborts one of them as deadlocked; its batch must be written again, not answered 503. Locks
 /// line the batches up: a plug invite on each instance waits on its locked sender while the
-/// crossed invites queue behind it, then both crossed batches wait on one table lock, released
-/// at once.
+/// others queue behind it in a known order; then a lock on `flags` stops each batch at its
+/// first flag (a gate sender's), after its statement and before its crossed sender, so that
+/// both have created theirs when it is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_invite() {
     let plugs = "INSERT INTO senders (app_id, id) VALUES (1, 'plug1'), (1, 'plug2')";
@@ -353,57 +354,56 @@ async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_inv
     let other = sendguard::start(&config).await.expect("second instance");
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let apis = [api.clone(), api.at(format!("http://{}", other.addr))];
+    let instances = [stage.app.metrics_addr, other.metrics_addr];
     let db = stage.db.name.clone();
-    let send = |on: usize, sender: &str, message: &str| {
+    let plugged = hold_senders(&stage.pool, &["plug1", "plug2"]).await;
+    let link = "Claim it at http://prize.example";
+    let mut answers = Vec::new();
+    let mut decided = [0.0; 2];
+    for (on, sender, message) in [
+        (0, "plug1", "Hello"),
+        (1, "plug2", "Hello"),
+        (0, "gate1", link),
+        (0, "crossA", link),
+        (0, "crossB", "Hi"),
+        (1, "gate2", link),
+        (1, "crossB", link),
+        (1, "crossA", "Hi"),
+    ] {
         let api = apis[on].clone();
         let body = json!({"sender_id": sender, "recipient": format!("{sender}-{on}@example.com"),
             "message": message});
-        tokio::spawn(async move { api.send(body).await.0 })
-    };
-
-    let plugged = hold_senders(&stage.pool, &["plug1", "plug2"]).await;
-    let mut answers = vec![send(0, "plug1", "Hello"), send(1, "plug2", "Hello")];
-    assert!(
-        waiting_on_locks(&db, 2).await,
-        "the plugs wait on their senders"
-    );
-    let link = "Claim it at http://prize.example";
-    for (on, sender, message) in [
-        (0, "crossA", link),
-        (0, "crossB", "Hi"),
-        (1, "crossA", "Hi"),
-        (1, "crossB", link),
-    ] {
-        answers.push(send(on, sender, message));
+        answers.push(tokio::spawn(async move { api.send(body).await.0 }));
+        // Each invite is decided (its limiter call counted) before the next is sent, so that
+        // each instance's writer queues them in this order.
+        decided[on] += 1.0;
+        let count = decided[on];
+        let counted = wait_for(Duration::from_secs(10), || async move {
+            metric_sum(&[instances[on]], "sendguard_redis_seconds_count").await == count
+        })
+        .await;
+        assert!(counted, "{sender}'s invite on instance {on} was decided");
+        if sender == "plug2" {
+            assert!(
+                waiting_on_locks(&db, 2).await,
+                "the plugs wait on their senders"
+            );
+        }
     }
-    // The four decided (three limiter calls on each instance, its plug's and two) are queued
-    // behind the plugs.
-    let instances = [stage.app.metrics_addr, other.metrics_addr];
-    let decided = wait_for(Duration::from_secs(10), || async {
-        metric_sum(&instances, "sendguard_redis_seconds_count").await == 6.0
-    })
-    .await;
-    assert!(decided, "the crossed invites were decided");
-    let pool = stage.pool.clone();
-    let table = tokio::spawn(async move { hold_batch_statements(&pool).await });
-    assert!(
-        waiting_on_locks(&db, 3).await,
-        "the table lock waits for the plugs"
-    );
+    let flags = hold_flags(&stage.pool).await;
     plugged.commit().await.expect("release the plugs");
-    let table = table.await.expect("table lock");
     assert!(
-        waiting_on_locks(&db, 2).await,
-        "both crossed batches wait on the table lock"
+        waiting_in(&db, "INSERT INTO flags", 2).await,
+        "both crossed batches wait to flag their gate senders"
     );
     let deadlocks = database_stat(&db, "deadlocks").await;
-    table.commit().await.expect("release the crossed batches");
+    flags.commit().await.expect("release the crossed batches");
 
     let mut statuses = Vec::new();
     for answer in answers {
         statuses.push(answer.await.expect("request"));
     }
-    assert_eq!(statuses, vec![StatusCode::OK; 6]);
+    assert_eq!(statuses, vec![StatusCode::OK; 8]);
     // Each backend reports its statistics within a second or so of its transaction's end.
     let deadlocked = wait_for(Duration::from_secs(5), || async {
         database_stat(&db, "deadlocks").await > deadlocks

@@ -238,11 +238,18 @@ where
 /// Waits up to 10 s until at least `at_least` of `db`'s backends wait on a lock; returns
 /// whether they did.
 pub async fn waiting_on_locks(db: &str, at_least: i64) -> bool {
+    waiting_in(db, "", at_least).await
+}
+
+/// As [`waiting_on_locks`], counting only backends whose statement contains `statement`.
+pub async fn waiting_in(db: &str, statement: &str, at_least: i64) -> bool {
     wait_for(Duration::from_secs(10), || async {
         sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'
+                 AND strpos(query, $2) > 0",
         )
         .bind(db)
+        .bind(statement)
         .fetch_one(&mut admin().await)
         .await
         .expect("pg_stat_activity")
@@ -254,8 +261,18 @@ pub async fn waiting_on_locks(db: &str, at_least: i64) -> bool {
 /// A transaction holding `idempotency_keys` in share mode: reads go on, and every batch
 /// statement (which writes to it) waits, after its invites were checked, until it ends.
 pub async fn hold_batch_statements(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    hold_table(pool, "idempotency_keys").await
+}
+
+/// A transaction holding `flags` in share mode: a batch writes its queued and held invites,
+/// then waits at its first flag until it ends.
+pub async fn hold_flags(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    hold_table(pool, "flags").await
+}
+
+async fn hold_table(pool: &PgPool, table: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut lock = pool.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE idempotency_keys IN SHARE MODE")
+    sqlx::query(&format!("LOCK TABLE {table} IN SHARE MODE"))
         .execute(&mut *lock)
         .await
         .expect("lock");
