@@ -110,6 +110,10 @@ async fn commit(
             Err(e) if attempt < ATTEMPTS && deadlocked(&e) => {
                 tracing::warn!(attempt, error = %e, "a batch was deadlocked; writing it again");
                 metrics.batch_retried();
+                // The other transaction goes on once this one is aborted: written again at
+                // once, this batch could take a sender the other is about to take, and meet
+                // it again.
+                tokio::time::sleep(RETRY_PAUSE * attempt).await;
                 attempt += 1;
             }
             result => break result?,
@@ -122,6 +126,9 @@ async fn commit(
 
 /// Writes of one batch tried before its requests get the error.
 const ATTEMPTS: u32 = 3;
+
+/// The pause before a deadlocked batch is written again, times the attempts so far.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The transaction was aborted to break a deadlock (or a serialization failure): nothing of
 /// it was kept, and the same writes can be tried again.
