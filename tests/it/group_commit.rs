@@ -12,8 +12,8 @@ use tokio::sync::Mutex;
 
 use crate::support::api::Api;
 use crate::support::app::{
-    Stage, admin, api_key, connections_down_to, hold_flags, hold_key_claims, hold_senders, orphans,
-    wait_for, waiting_in, waiting_on_locks,
+    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_flags, hold_senders,
+    orphans, wait_for, waiting_in, waiting_on_locks,
 };
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
@@ -300,7 +300,7 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
     let stage = Stage::start_with("groupflagrace", &[], |cfg| cfg.db_writers = 2).await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let db = stage.db.name.clone();
-    let lock = hold_key_claims(&stage.pool).await;
+    let lock = hold_batch_statements(&stage.pool).await;
     let body = json!({"sender_id": "fresh", "recipient": "r@example.com",
         "message": "see prize[.]example.com"});
     retried_on_two_writers(&api, &db, lock, "retried-1", body).await;

@@ -2,8 +2,6 @@
 //! holding an invite costs the time sending one does. A held invite that flags its sender goes
 //! through it too, alone, after its flag.
 
-use std::sync::LazyLock;
-
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use sqlx::types::Json;
@@ -60,41 +58,8 @@ pub fn outcome(id: Uuid, rows: &[WrittenRow]) -> Written {
     }
 }
 
-/// The batch statement of [`insert_batch`] for a batch with held invites (`held`) and with
-/// `Idempotency-Key`s (`keyed`), or not; every form binds the same parameters. A batch without
-/// them (most batches) leaves their steps out: each step costs Postgres its setup on every
-/// statement even when it has no rows, about a fifth of a one-invite batch's time.
-pub fn statement(held: bool, keyed: bool) -> &'static str {
-    static FORMS: LazyLock<[String; 4]> = LazyLock::new(|| {
-        [(false, false), (false, true), (true, false), (true, true)]
-            .map(|(held, keyed)| compose(held, keyed))
-    });
-    &FORMS[usize::from(held) * 2 + usize::from(keyed)]
-}
-
-/// Writes the statement of [`statement`] out.
-fn compose(held: bool, keyed: bool) -> String {
-    let pick = |step: &'static str, with: bool| if with { step } else { "" };
-    [
-        INPUT,
-        pick(HELD, held),
-        SENDER,
-        if held { SLOTS_TAKEN } else { NO_SLOTS },
-        SENDER_CONFLICT,
-        pick(HELD_COUNTS, held),
-        SENDER_RETURNING,
-        ADMITTED,
-        pick(ADMITTED_HELD, held),
-        ")",
-        pick(KEYED, keyed),
-        INSERT,
-        pick(INSERT_KEYED, keyed),
-        RETURNING,
-    ]
-    .concat()
-}
-
-const INPUT: &str = "WITH input AS (
+/// The batch statement of [`insert_batch`], which binds its parameters.
+pub const INSERT_BATCH: &str = "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
              $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
              $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
@@ -102,10 +67,7 @@ const INPUT: &str = "WITH input AS (
              WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
                  recipient_domain, sender_ip, resource, message, sender_name, status,
                  decision, idempotency_key, request_hash, accept_url, assumed, admitted,
-                 version, address, created_in_app_at, claimed, held_cap, n)),";
-
-/// Held invites: their senders locked, their keys claimed, their slots under the cap counted.
-const HELD: &str = "
+                 version, address, created_in_app_at, claimed, held_cap, n)),
      locked AS (
          SELECT s.* FROM (SELECT app_id, sender_id FROM input
                  WHERE EXISTS (SELECT 1 FROM input WHERE held_cap IS NOT NULL)
@@ -132,9 +94,7 @@ const HELD: &str = "
      slots AS (
          SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
              count(*) FILTER (WHERE NOT room) AS overflow
-         FROM held GROUP BY app_id, sender_id),";
-
-const SENDER: &str = "
+         FROM held GROUP BY app_id, sender_id),
      sender AS (
          INSERT INTO senders (app_id, id, first_address, created_in_app_at, linked_to,
              held_stored, held_overflow)
@@ -143,50 +103,30 @@ const SENDER: &str = "
              (SELECT b.sender_id FROM banned_addresses b
               WHERE b.app_id = i.app_id AND b.address = i.address
                   AND b.banned_at > now() - interval '30 days'
-              ORDER BY b.banned_at DESC LIMIT 1),";
-
-const SLOTS_TAKEN: &str = "
+              ORDER BY b.banned_at DESC LIMIT 1),
              COALESCE(s.stored, 0), COALESCE(s.overflow, 0)
-         FROM input i LEFT JOIN slots s ON s.app_id = i.app_id AND s.sender_id = i.sender_id";
-
-const NO_SLOTS: &str = "
-             0, 0
-         FROM input i";
-
-const SENDER_CONFLICT: &str = "
+         FROM input i LEFT JOIN slots s ON s.app_id = i.app_id AND s.sender_id = i.sender_id
          ORDER BY i.app_id, i.sender_id COLLATE \"C\", i.n
          ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
              created_in_app_at = COALESCE(senders.created_in_app_at,
-                 EXCLUDED.created_in_app_at)";
-
-const HELD_COUNTS: &str = ",
+                 EXCLUDED.created_in_app_at),
              held_stored = senders.held_stored + EXCLUDED.held_stored,
-             held_overflow = senders.held_overflow + EXCLUDED.held_overflow";
-
-const SENDER_RETURNING: &str = "
-         RETURNING app_id, id, state, version, state_changed_by),";
-
-const ADMITTED: &str = "
+             held_overflow = senders.held_overflow + EXCLUDED.held_overflow
+         RETURNING app_id, id, state, version, state_changed_by),
      admitted AS (
          SELECT i.*, NULL::bool AS room FROM input i
          JOIN sender s ON s.app_id = i.app_id AND s.id = i.sender_id
          WHERE i.held_cap IS NULL AND (s.state = i.assumed
              OR (i.admitted AND s.state IN ('shadow_banned', 'banned')
-                 AND s.state_changed_by = 'system' AND s.version = i.version + 1))";
-
-const ADMITTED_HELD: &str = "
+                 AND s.state_changed_by = 'system' AND s.version = i.version + 1))
          UNION ALL
-         SELECT i.*, h.room FROM input i JOIN held h ON h.n = i.n";
-
-const KEYED: &str = ",
+         SELECT i.*, h.room FROM input i JOIN held h ON h.n = i.n),
      keyed AS (
          INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
          SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
          WHERE idempotency_key IS NOT NULL AND room IS NULL ORDER BY n
          ON CONFLICT (api_key_id, key) DO NOTHING
-         RETURNING invite_id)";
-
-const INSERT: &str = "
+         RETURNING invite_id)
      INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
          sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
          accept_url, claimed_by, claimed_until)
@@ -202,13 +142,8 @@ const INSERT: &str = "
          CASE WHEN claimed AND status = 'queued' THEN $22::text END,
          CASE WHEN claimed AND status = 'queued'
              THEN now() + make_interval(secs => $23::float8) END
-     FROM admitted";
-
-/// A keyed invite is written when its key was claimed (a held one's already was, in `HELD`).
-const INSERT_KEYED: &str = "
-     WHERE idempotency_key IS NULL OR room IS NOT NULL OR id IN (SELECT invite_id FROM keyed)";
-
-const RETURNING: &str = "
+     FROM admitted
+     WHERE idempotency_key IS NULL OR room IS NOT NULL OR id IN (SELECT invite_id FROM keyed)
      ORDER BY n
      RETURNING id, created_at, status = 'discarded' AS over_cap,
          CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
@@ -235,9 +170,7 @@ pub async fn insert_batch(
     rows: &[Row<'_>],
     claim: &Claim<'_>,
 ) -> Result<Vec<WrittenRow>, sqlx::Error> {
-    let held = rows.iter().any(|row| row.held_cap.is_some());
-    let keyed = rows.iter().any(|row| row.new.idempotency_key.is_some());
-    sqlx::query_as(statement(held, keyed))
+    sqlx::query_as(INSERT_BATCH)
         .bind(column(rows, |row| row.new.id))
         .bind(column(rows, |row| row.new.api_key_id))
         .bind(column(rows, |row| row.new.sender.app_id))

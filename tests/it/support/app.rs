@@ -258,33 +258,21 @@ pub async fn waiting_in(db: &str, statement: &str, at_least: i64) -> bool {
     .await
 }
 
-/// A transaction holding `suppressions` in access exclusive mode: every form of the batch
-/// statement reads it (for the invites it hands to the outbox), so each one waits, after its
-/// invites were checked and before it takes its snapshot, until it ends. Nothing else an invite,
-/// an outcome or a review writes goes near it.
+/// A transaction holding `idempotency_keys` in share mode: reads go on, and every batch
+/// statement (which writes to it) waits, after its invites were checked, until it ends.
 pub async fn hold_batch_statements(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    hold_table(pool, "suppressions", "ACCESS EXCLUSIVE").await
-}
-
-/// A transaction holding `idempotency_keys` in share mode: reads go on, and every claim of an
-/// `Idempotency-Key` waits until it ends.
-pub async fn hold_key_claims(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    hold_table(pool, "idempotency_keys", "SHARE").await
+    hold_table(pool, "idempotency_keys").await
 }
 
 /// A transaction holding `flags` in share mode: a batch writes its queued and held invites,
 /// then waits at its first flag until it ends.
 pub async fn hold_flags(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    hold_table(pool, "flags", "SHARE").await
+    hold_table(pool, "flags").await
 }
 
-async fn hold_table(
-    pool: &PgPool,
-    table: &str,
-    mode: &str,
-) -> sqlx::Transaction<'static, sqlx::Postgres> {
+async fn hold_table(pool: &PgPool, table: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut lock = pool.begin().await.expect("begin");
-    sqlx::query(&format!("LOCK TABLE {table} IN {mode} MODE"))
+    sqlx::query(&format!("LOCK TABLE {table} IN SHARE MODE"))
         .execute(&mut *lock)
         .await
         .expect("lock");
