@@ -355,10 +355,12 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     let held = wait_for(Duration::from_millis(1_500), || async {
         sqlx::query_scalar::<_, i64>(
             // One of the outcome's (the deferred re-check's rounds, a transaction across Redis
-            // by design, are not).
+            // by design, are not), idle for longer than between two statements of a short one
+            // (the outcome's insert and its commit, on a busy machine).
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND state = 'idle in transaction'
-                 AND query LIKE '%outcomes%'",
+                 AND query LIKE '%outcomes%'
+                 AND state_change < now() - interval '250 milliseconds'",
         )
         .fetch_one(&stage.pool)
         .await
