@@ -211,8 +211,10 @@ async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked(
     hold.rollback().await.expect("let the invite go");
     let checking = wait_for(Duration::from_secs(4), || async {
         sqlx::query_scalar::<_, i64>(
+            // Idle for longer than between two statements of a short transaction: waiting.
             "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND state = 'idle in transaction'",
+             WHERE datname = current_database() AND state = 'idle in transaction'
+                 AND state_change < now() - interval '250 milliseconds'",
         )
         .fetch_one(pool)
         .await
