@@ -13,7 +13,7 @@ use tokio::sync::Mutex;
 use crate::support::api::Api;
 use crate::support::app::{
     Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_flags, hold_senders,
-    orphans, wait_for, waiting_in, waiting_on_locks,
+    orphans, series, wait_for, waiting_in, waiting_on_locks,
 };
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
@@ -328,11 +328,7 @@ async fn metric_sum(instances: &[std::net::SocketAddr], name: &str) -> f64 {
             .text()
             .await
             .expect("text");
-        sum += text
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|value| value.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("{name} in\n{text}"));
+        sum += series(&text, name).unwrap_or_else(|| panic!("{name} in\n{text}"));
     }
     sum
 }

@@ -3,15 +3,9 @@
 
 use std::time::Duration;
 
-use crate::support::app::{Stage, api_key, queued, wait_for};
+use crate::support::app::{Stage, api_key, queued, series, wait_for};
 use reqwest::StatusCode;
 use serde_json::json;
-
-/// The value of one exact series in Prometheus text.
-fn series(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_a_scripted_scenario() {

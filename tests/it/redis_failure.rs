@@ -9,6 +9,20 @@ use reqwest::StatusCode;
 use sendguard::config::RedisPolicy;
 use serde_json::json;
 
+/// Transactions idle for over 250 ms (longer than between two statements of a short one on a
+/// busy machine: waiting on something else) whose last statement contains `statement`.
+async fn waiting_in_transaction(pool: &sqlx::PgPool, statement: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'idle in transaction'
+             AND strpos(query, $1) > 0 AND state_change < now() - interval '250 milliseconds'",
+    )
+    .bind(statement)
+    .fetch_one(pool)
+    .await
+    .expect("activity")
+}
+
 async fn statuses(pool: &sqlx::PgPool) -> Vec<(String, i64)> {
     sqlx::query_as("SELECT status, count(*) FROM invites GROUP BY 1 ORDER BY 1")
         .fetch_all(pool)
@@ -210,16 +224,7 @@ async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked(
     redis.pause(5_000).await;
     hold.rollback().await.expect("let the invite go");
     let checking = wait_for(Duration::from_secs(4), || async {
-        sqlx::query_scalar::<_, i64>(
-            // Idle for longer than between two statements of a short transaction: waiting.
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND state = 'idle in transaction'
-                 AND state_change < now() - interval '250 milliseconds'",
-        )
-        .fetch_one(pool)
-        .await
-        .expect("activity")
-            == 1
+        waiting_in_transaction(pool, "").await == 1
     })
     .await;
     assert!(checking, "the re-check did not start");
@@ -354,20 +359,10 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
     redis.pause(2_000).await;
     let reporter = api.clone();
     let report = tokio::spawn(async move { reporter.event(&id, "complaint").await });
+    // One of the outcome's (the deferred re-check's rounds, a transaction across Redis by
+    // design, are not).
     let held = wait_for(Duration::from_millis(1_500), || async {
-        sqlx::query_scalar::<_, i64>(
-            // One of the outcome's (the deferred re-check's rounds, a transaction across Redis
-            // by design, are not), idle for longer than between two statements of a short one
-            // (the outcome's insert and its commit, on a busy machine).
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND state = 'idle in transaction'
-                 AND query LIKE '%outcomes%'
-                 AND state_change < now() - interval '250 milliseconds'",
-        )
-        .fetch_one(&stage.pool)
-        .await
-        .expect("activity")
-            > 0
+        waiting_in_transaction(&stage.pool, "outcomes").await > 0
     })
     .await;
     assert!(!held, "a transaction waited on Redis");

@@ -235,6 +235,12 @@ where
     }
 }
 
+/// The value of series `name` (with its labels, if any) in a `/metrics` text.
+pub fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Waits up to 10 s until at least `at_least` of `db`'s backends wait on a lock; returns
 /// whether they did.
 pub async fn waiting_on_locks(db: &str, at_least: i64) -> bool {
