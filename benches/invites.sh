@@ -2,6 +2,7 @@
 # The whole service against the ceiling of a durable record on this machine, in one run.
 #
 #   benches/invites.sh [SECONDS] [CONNECTIONS]      (defaults: 15 s per phase, 32 connections)
+#   SENDGUARD_BIN=path benches/invites.sh ...       (that binary instead of a release build here)
 #
 # Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
 # of `invites` that 90 days' retention keeps, and a Redis server of its own (keys under the
@@ -37,8 +38,9 @@ for cmd in wrk pgbench psql redis-cli redis-server; do
   command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server)" >&2; exit 1; }
 done
 
-cargo build --release -q
-bin=./target/release/sendguard
+# SENDGUARD_BIN: a binary built elsewhere (another commit's, to compare two builds in turn).
+bin=${SENDGUARD_BIN:-./target/release/sendguard}
+[ -n "${SENDGUARD_BIN:-}" ] || cargo build --release -q
 psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
 DATABASE_URL=$db_url $bin migrate >/dev/null
 key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
@@ -166,19 +168,36 @@ waited() {
       END { for (n in total) printf "%s=%s ", n, total[n] }'
 }
 waits_before=$(waited)
+# WAL written, for its bytes per invite (the cluster's: nothing else writes during the phase).
+wal_lsn() { pgsql -c "SELECT pg_current_wal_lsn()"; }
+wal_before=$(wal_lsn)
 export SENDGUARD_API_KEY=$key WRK_THREADS=$threads
 sat_out=$(measured wrk -t "$threads" -c "$conns" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 after=$(pgsql -c "SELECT count(*) FROM invites")
 calls_after=$(script_calls)
 reads_after=$(redis_reads)
 waits_after=$(waited)
+wal_bytes=$(pgsql -c "SELECT pg_wal_lsn_diff('$(wal_lsn)', '$wal_before')::bigint")
 second_ceiling=$(ceiling_phase)
 ceiling=$(awk -v a="$(head -n 1 <<<"$first_ceiling")" -v b="$(head -n 1 <<<"$second_ceiling")" 'BEGIN { print (a > b ? a : b) }')
 # WAL segments in pg_wal: one more for each segment Postgres had to create rather than reuse.
 wal_segments() { pgsql -c "SELECT count(*) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"; }
 segments_before=$(wal_segments)
+# Cumulative counts of the service's latency histograms at 5 and 10 ms, and their totals, for
+# which stage the paced phase's slow requests waited in.
+tails() {
+  curl -fs "http://127.0.0.1:$metrics_port/metrics" |
+    awk '/^sendguard_(http_request|postgres|redis)_seconds_(bucket|count)/ {
+      name = $1; sub(/\{.*/, "", name); sub(/_seconds_(bucket|count)$/, "", name)
+      if ($1 ~ /_count/) n[name] += $2
+      else if ($1 ~ /le="0.005"/) five[name] += $2
+      else if ($1 ~ /le="0.01"/) ten[name] += $2 }
+      END { for (k in n) printf "%s_n=%s %s_5=%s %s_10=%s ", k, n[k], k, five[k], k, ten[k] }'
+}
+tails_before=$(tails)
 paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 segments_created=$(($(wal_segments) - segments_before))
+tails_after=$(tails)
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
 stop_serve
 start_serve 0
@@ -243,6 +262,7 @@ echo "invites recorded: $invites ($((after - before)) in the saturation phase), 
 echo "invites by status: $(pgsql -c "SELECT string_agg(status || ' ' || n, ', ' ORDER BY n DESC)
     FROM (SELECT status, count(*) AS n FROM invites GROUP BY status) s")"
 echo "postgres bytes per invite (table + indexes + TOAST): $((table_bytes / invites))"
+echo "postgres WAL bytes per invite in the saturation phase: $((wal_bytes / ((after - before) > 0 ? (after - before) : 1)))"
 awk -v c=$((calls_after - calls_before)) -v n=$((after - before)) \
   'BEGIN { printf "redis script calls per invite in the saturation phase: %.2f\n", c / (n > 0 ? n : 1) }'
 awk -v r=$((reads_after - reads_before)) -v n=$((after - before)) \
@@ -268,6 +288,16 @@ mean_ms() { mean_of "$1" 1000; }
 echo "mean ms per request at saturation: whole request $(mean_ms sendguard_http_request_seconds)," \
   "waiting on the writer $(mean_ms sendguard_postgres_seconds), on Redis $(mean_ms sendguard_redis_seconds)"
 echo "invites per commit at saturation: $(mean_of sendguard_batch_invites 1)"
+# Per stage of a request in the paced phase: the share of its waits over 5 and over 10 ms.
+over() {
+  awk -v n0="$(field "${1}_n" "$tails_before")" -v n1="$(field "${1}_n" "$tails_after")" \
+    -v a0="$(field "${1}_5" "$tails_before")" -v a1="$(field "${1}_5" "$tails_after")" \
+    -v b0="$(field "${1}_10" "$tails_before")" -v b1="$(field "${1}_10" "$tails_after")" \
+    'BEGIN { n = n1 - n0; if (n <= 0) n = 1
+      printf "%.2f%% over 5 ms, %.2f%% over 10 ms", 100 * (n - (a1 - a0)) / n, 100 * (n - (b1 - b0)) / n }'
+}
+echo "paced phase, slow waits: whole request $(over sendguard_http_request); on the writer $(over sendguard_postgres);" \
+  "on Redis $(over sendguard_redis)"
 echo "WAL segments created during the paced phase: $segments_created"
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
