@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// A batch that failed: the error, shared by every request of the batch.
@@ -35,31 +36,51 @@ impl<T, R> Clone for Batcher<T, R> {
 }
 
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
-    /// Starts `servers` tasks: each takes up to `max` waiting requests in arrival order and
-    /// `serve` answers each, in the same order, or fails them all.
+    /// Starts `servers` tasks on the current runtime: each takes up to `max` waiting requests
+    /// in arrival order and `serve` answers each, in the same order, or fails them all.
     pub fn start<F, Fut>(max: usize, servers: usize, serve: F) -> Self
     where
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send,
+        Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
+    {
+        let (batcher, run) = Self::new(max, servers, serve);
+        tokio::spawn(run);
+        batcher
+    }
+
+    /// As [`Batcher::start`], but the servers run as tasks of whatever runs the future returned,
+    /// which ends when the last handle is dropped and the requests in hand are answered.
+    pub fn new<F, Fut>(
+        max: usize,
+        servers: usize,
+        serve: F,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
         let (requests, queue) = mpsc::channel::<(T, Answer<R>)>(max * 4);
         let queue = Arc::new(Mutex::new(queue));
         let serve = Arc::new(serve);
-        for _ in 0..servers.max(1) {
-            let (queue, serve) = (queue.clone(), serve.clone());
-            tokio::spawn(async move {
-                let mut batch = Vec::with_capacity(max);
-                loop {
-                    // One server waits for requests at a time; the others are serving.
-                    if queue.lock().await.recv_many(&mut batch, max).await == 0 {
-                        return;
+        let run = async move {
+            let mut tasks = JoinSet::new();
+            for _ in 0..servers.max(1) {
+                let (queue, serve) = (queue.clone(), serve.clone());
+                tasks.spawn(async move {
+                    let mut batch = Vec::with_capacity(max);
+                    loop {
+                        // One server waits for requests at a time; the others are serving.
+                        if queue.lock().await.recv_many(&mut batch, max).await == 0 {
+                            return;
+                        }
+                        let (items, answers): (Vec<T>, Vec<Answer<R>>) = batch.drain(..).unzip();
+                        answer_all(answers, serve(items).await);
                     }
-                    let (items, answers): (Vec<T>, Vec<Answer<R>>) = batch.drain(..).unzip();
-                    answer_all(answers, serve(items).await);
-                }
-            });
-        }
-        Batcher { requests }
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+        };
+        (Batcher { requests }, run)
     }
 
     /// Serves one request with the others waiting.

@@ -99,13 +99,8 @@ impl Services {
         retention::make_weeks(&pool, chrono::Utc::now())
             .await
             .map_err(DbError::from)?;
-        // The writers, the sender reader and one spare.
-        let batches = db::connect_kept(
-            &cfg.database.database_url,
-            "sendguard-batches",
-            cfg.db_writers as u32 + 2,
-        )
-        .await?;
+        // The sender reader and one spare; the writers have connections of their own.
+        let batches = db::connect_kept(&cfg.database.database_url, "sendguard-batches", 2).await?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
         let links = LinkKey::load(
@@ -158,7 +153,13 @@ impl Services {
         let invites = InviteService {
             metrics: metrics.clone(),
             pool: pool.clone(),
-            writer: Writer::start(batches, cfg.db_writers, outbox.handoff(), metrics.clone()),
+            writer: Writer::start(
+                &cfg.database.database_url,
+                cfg.db_writers,
+                outbox.handoff(),
+                metrics.clone(),
+            )
+            .await?,
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
