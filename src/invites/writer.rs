@@ -57,7 +57,7 @@ impl Writer {
         metrics: Metrics,
     ) -> Result<Writer, DbError> {
         let (started, writer) = oneshot::channel();
-        let url = url.to_owned();
+        let (url, writers) = (url.to_owned(), writers.max(1));
         std::thread::Builder::new()
             .name("sendguard-writer".into())
             .spawn(move || {
