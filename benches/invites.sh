@@ -3,6 +3,8 @@
 #
 #   benches/invites.sh [SECONDS] [CONNECTIONS]      (defaults: 15 s per phase, 32 connections)
 #   SENDGUARD_BIN=path benches/invites.sh ...       (that binary instead of a release build here)
+#   TRACE_WAL_FLUSH=1 benches/invites.sh ...        (as root, with perf: how long the writer's WAL
+#                                                    flushes took in the paced phase)
 #
 # Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
 # of `invites` that 90 days' retention keeps, and a Redis server of its own (keys under the
@@ -195,8 +197,23 @@ tails() {
       END { for (k in n) printf "%s_n=%s %s_5=%s %s_10=%s ", k, n[k], k, five[k], k, ten[k] }'
 }
 tails_before=$(tails)
+# Every answer waits for its batch's commit, and so for the disk's flush of the WAL: when the
+# paced phase's tail is long, the writer's own flushes (fdatasync, traced by `perf trace`) show
+# whether the disk was slow. Tracing costs each flush a little; off unless asked for.
+trace_file=
+if [ "${TRACE_WAL_FLUSH:-0}" = 1 ]; then
+  writer_backend=$(pgsql -c "SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND query LIKE 'WITH input AS%' LIMIT 1")
+  trace_file=$(mktemp)
+  timeout $((secs + 5)) perf trace -p "$writer_backend" -e fdatasync -o "$trace_file" 2>/dev/null &
+  trace_pid=$!
+fi
 paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 segments_created=$(($(wal_segments) - segments_before))
+if [ -n "$trace_file" ]; then
+  kill -INT "$trace_pid" 2>/dev/null || true
+  wait "$trace_pid" 2>/dev/null || true
+fi
 tails_after=$(tails)
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
 stop_serve
@@ -299,6 +316,13 @@ over() {
 echo "paced phase, slow waits: whole request $(over sendguard_http_request); on the writer $(over sendguard_postgres);" \
   "on Redis $(over sendguard_redis)"
 echo "WAL segments created during the paced phase: $segments_created"
+if [ -n "$trace_file" ]; then
+  awk -F'[()]' '/fdatasync/ { split($2, d, " "); n++; s += d[1]; if (d[1] > 5) f++; if (d[1] > 10) t++
+      if (d[1] > m) m = d[1] }
+    END { printf "the writer'"'"'s WAL flushes in the paced phase: %d, mean %.3f ms, %d over 5 ms, %d over 10 ms, the longest %.1f ms\n",
+      n, (n ? s / n : 0), f, t, m }' "$trace_file"
+  rm -f "$trace_file"
+fi
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
   'BEGIN { printf "cpu ms per 1,000 invites at saturation: sendguard %.0f, postgres %.0f, redis %.0f\n", s * n * 1e6 / rps, p * n * 1e6 / rps, r * n * 1e6 / rps }'
