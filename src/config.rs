@@ -162,7 +162,8 @@ pub struct Config {
     pub mail_retry_base_ms: u64,
 
     /// First retry delay of a webhook delivery in milliseconds; it doubles with each attempt
-    /// (capped at 4 hours), and an event is given up only after a day and 8 attempts.
+    /// (capped at 4 hours). An event is never given up by age, only when its app has no
+    /// webhook any more.
     #[arg(
         long,
         env = "SENDGUARD_WEBHOOK_RETRY_BASE_MS",
@@ -174,8 +175,9 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60)]
     pub mail_lease_secs: u64,
 
-    /// Invites in a final state and audit entries older than this many days are removed
-    /// (in batches, every hour); 0 keeps everything.
+    /// Days of history kept: a week of invites wholly older is dropped (its invites still
+    /// waiting kept), and older audit entries and Idempotency-Keys are removed in batches
+    /// every hour; 0 keeps everything.
     #[arg(long, env = "SENDGUARD_RETENTION_DAYS", default_value_t = 90)]
     pub retention_days: i32,
 

@@ -92,9 +92,11 @@ impl AppChanges {
                 "at most 64 characters, no control characters",
             ));
         }
+        // A blank host (`--link-host ""`) names none: given alone, it clears the list.
         let mut link_hosts = match self.link_hosts {
             Some(hosts) => hosts
                 .iter()
+                .filter(|h| !h.trim().is_empty())
                 .map(|h| link_host(h))
                 .collect::<Result<Vec<_>, _>>()?,
             None => current.map(|a| a.link_hosts.clone()).unwrap_or_default(),
@@ -238,12 +240,7 @@ mod tests {
         .apply(None)
         .expect("valid");
         assert_eq!(v.link_hosts, ["127.0.0.1", "app.example"]);
-        for bad in [
-            "https://app.example",
-            "app.example/x",
-            "app.example:8080",
-            "",
-        ] {
+        for bad in ["https://app.example", "app.example/x", "app.example:8080"] {
             let e = AppChanges {
                 link_hosts: Some(vec![bad.into()]),
                 ..change()
@@ -259,7 +256,7 @@ mod tests {
             id: 1,
             name: "a".into(),
             product: Some("Drawbox".into()),
-            link_hosts: vec![],
+            link_hosts: vec!["drawbox.example".into()],
             link_template: None,
             mail_from: Some("Drawbox <i@drawbox.example>".into()),
             webhook_url: None,
@@ -271,7 +268,15 @@ mod tests {
         .apply(Some(&current))
         .expect("valid");
         assert_eq!(v.product, None);
+        assert_eq!(v.link_hosts, ["drawbox.example"]);
         assert_eq!(v.mail_from.as_deref(), Some("Drawbox <i@drawbox.example>"));
+        let cleared = AppChanges {
+            link_hosts: Some(vec![String::new()]),
+            ..change()
+        }
+        .apply(Some(&current))
+        .expect("valid");
+        assert!(cleared.link_hosts.is_empty(), "{:?}", cleared.link_hosts);
         let bad_from = AppChanges {
             mail_from: Some("not a mailbox".into()),
             ..change()

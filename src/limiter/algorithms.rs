@@ -278,7 +278,7 @@ impl HashCounters {
 }
 
 /// Ceiling of an a-unit span in milliseconds.
-fn to_ms(a_units: i64) -> u64 {
+pub(super) fn to_ms(a_units: i64) -> u64 {
     let n = SUB_WINDOWS as i64;
     ((a_units + n - 1) / n).max(0) as u64
 }

@@ -3,7 +3,8 @@
 //! `REDIS_URL` names a single server (`redis://host:port`), or a cluster either as
 //! `redis+cluster://host:port,host:port,…` (`rediss+cluster://` for TLS) or as a comma-separated
 //! list of node URLs. Any one reachable node is enough: the client learns the rest of the
-//! topology from it and follows MOVED/ASK redirects when slots move.
+//! topology from it and follows MOVED/ASK redirects when slots move. TLS (`rediss://`) trusts
+//! the system's certificate authorities, or those of the file `SSL_CERT_FILE` names.
 
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use super::algorithms::to_ms;
 use super::{Decision, Quota, SUB_WINDOWS};
 
 /// Sub-windows a sighting stays in the window.
@@ -87,12 +88,6 @@ impl Distinct {
             reset_after_ms: reset,
         }
     }
-}
-
-/// Ceiling of an a-unit span in milliseconds.
-fn to_ms(a_units: i64) -> u64 {
-    let n = SUB_WINDOWS as i64;
-    ((a_units + n - 1) / n).max(0) as u64
 }
 
 #[cfg(test)]

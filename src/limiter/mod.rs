@@ -57,7 +57,8 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// Every algorithm and variant, in a stable order (simulations and benchmarks use it).
+    /// Every windowed counting algorithm and variant, in a stable order (simulations and
+    /// benchmarks use it); distinct counts are compared on their own.
     pub const ALL: [Algorithm; 8] = [
         Algorithm::HashCounters(EdgeMode::Harsh),
         Algorithm::HashCounters(EdgeMode::Lenient),

@@ -12,7 +12,7 @@ use super::edit::ValidRule;
 use super::{Scope, Signal, Subjects};
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
 use crate::sender::SenderKey;
-use crate::signals::{self, links};
+use crate::signals;
 
 type Time = chrono::DateTime<chrono::Utc>;
 
@@ -88,10 +88,11 @@ pub struct Replayed {
 
 impl Replayed {
     fn has_links(&self) -> bool {
-        [&self.resource, &self.message, &self.sender_name]
-            .into_iter()
-            .flatten()
-            .any(|text| links::has_link(text))
+        signals::any_link([
+            self.resource.as_deref(),
+            self.message.as_deref(),
+            self.sender_name.as_deref(),
+        ])
     }
 
     /// What the invite adds to a rule of `signal`, and the member a distinct count counts.

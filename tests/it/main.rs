@@ -25,4 +25,5 @@ mod shutdown;
 mod signals;
 mod slow_clients;
 mod support;
+mod transport;
 mod webhooks;

@@ -155,7 +155,7 @@ pub const INSERT_BATCH: &str = "WITH input AS (
 
 /// Queued and held invites with no breach, in one statement, so that holding an invite costs
 /// the time sending one does. Their senders are upserted once each (in key order, bytewise as
-/// the writer sorts them, so concurrent batches lock them in the same order whatever the
+/// [`super::lock_senders`] sorts them, so concurrent batches lock them in the same order whatever the
 /// database's collation), and each invite is inserted when its sender is in the state its
 /// verdict assumed and its `Idempotency-Key` is unused. A held invite takes a slot under its
 /// sender's cap, in arrival order, counted from the sender's row as it is once locked (every
