@@ -5,6 +5,8 @@
 #   SENDGUARD_BIN=path benches/invites.sh ...       (that binary instead of a release build here)
 #   TRACE_WAL_FLUSH=1 benches/invites.sh ...        (as root, with perf: how long the writer's WAL
 #                                                    flushes took in the paced phase)
+#   BENCH_PORT, and RECIPIENTS, SENDERS, RATE as benches/invites.lua reads them, change the
+#   defaults of the ports and of the traffic.
 #
 # Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
 # of `invites` that 90 days' retention keeps, and a Redis server of its own (keys under the
@@ -31,11 +33,17 @@ metrics_port=$((port + 1))
 redis_port=$((port + 2))
 redis_url=redis://127.0.0.1:$redis_port
 db=sendguard_bench
-db_url=postgres://postgres@127.0.0.1:5432/$db
+# Without TLS on both sides: pgbench (libpq) would use TLS by default wherever the server has
+# `ssl = on`, as Debian's has, and the service by its own default too, each paying the cipher on
+# loopback. One transport for both, so that the ratio compares the work and not the encryption.
+export PGSSLMODE=disable
+db_url=postgres://postgres@127.0.0.1:5432/$db?sslmode=disable
 prefix=sg
 hz=$(getconf CLK_TCK)
 cores=$(nproc)
 
+[ "${TRACE_WAL_FLUSH:-0}" != 1 ] || command -v perf >/dev/null ||
+  { echo "benches/invites.sh: TRACE_WAL_FLUSH=1 needs perf (Debian: linux-perf)" >&2; exit 1; }
 for cmd in wrk pgbench psql redis-cli redis-server; do
   command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server)" >&2; exit 1; }
 done
@@ -73,6 +81,8 @@ stop_serve() {
 }
 cleanup() {
   stop_serve
+  [ -z "${trace_pid:-}" ] || kill "$trace_pid" 2>/dev/null || true
+  rm -f "${trace_file:-}"
   kill "$redis_pid" 2>/dev/null || true
   rm -rf "$mail" "$mail.log"
 }
@@ -182,7 +192,8 @@ waits_after=$(waited)
 wal_bytes=$(pgsql -c "SELECT pg_wal_lsn_diff('$(wal_lsn)', '$wal_before')::bigint")
 second_ceiling=$(ceiling_phase)
 ceiling=$(awk -v a="$(head -n 1 <<<"$first_ceiling")" -v b="$(head -n 1 <<<"$second_ceiling")" 'BEGIN { print (a > b ? a : b) }')
-# WAL segments in pg_wal: one more for each segment Postgres had to create rather than reuse.
+# WAL segments in pg_wal: one more for each segment Postgres had to create rather than reuse
+# (net of any a checkpoint removed meanwhile).
 wal_segments() { pgsql -c "SELECT count(*) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"; }
 segments_before=$(wal_segments)
 # Cumulative counts of the service's latency histograms at 5 and 10 ms, and their totals, for
@@ -198,15 +209,21 @@ tails() {
 }
 tails_before=$(tails)
 # Every answer waits for its batch's commit, and so for the disk's flush of the WAL: when the
-# paced phase's tail is long, the writer's own flushes (fdatasync, traced by `perf trace`) show
-# whether the disk was slow. Tracing costs each flush a little; off unless asked for.
+# paced phase's tail is long, the flushes of the writer's connections (fdatasync, traced by
+# `perf trace`) show whether the disk was slow. A commit that waits for another process's
+# flush is not among them. Tracing costs each flush a little; off unless asked for.
 trace_file=
+trace_pid=
 if [ "${TRACE_WAL_FLUSH:-0}" = 1 ]; then
-  writer_backend=$(pgsql -c "SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND query LIKE 'WITH input AS%' LIMIT 1")
+  writers=$(pgsql -c "SELECT string_agg(pid::text, ',') FROM pg_stat_activity
+      WHERE datname = current_database() AND application_name = 'sendguard-batches'")
+  [ -n "$writers" ] || { echo "benches/invites.sh: no sendguard-batches connection to trace" >&2; exit 1; }
   trace_file=$(mktemp)
-  timeout $((secs + 5)) perf trace -p "$writer_backend" -e fdatasync -o "$trace_file" 2>/dev/null &
+  timeout $((secs + 5)) perf trace -p "$writers" -e fdatasync -o "$trace_file" 2>>"$mail.log" &
   trace_pid=$!
+  # perf takes a moment to attach; the phase starts once it has.
+  sleep 1
+  kill -0 "$trace_pid" 2>/dev/null || { echo "benches/invites.sh: perf trace did not start (root and perf are needed):" >&2; cat "$mail.log" >&2; exit 1; }
 fi
 paced_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 segments_created=$(($(wal_segments) - segments_before))
@@ -315,12 +332,12 @@ over() {
 }
 echo "paced phase, slow waits: whole request $(over sendguard_http_request); on the writer $(over sendguard_postgres);" \
   "on Redis $(over sendguard_redis)"
-echo "WAL segments created during the paced phase: $segments_created"
+echo "WAL segments created during the paced phase (net): $segments_created"
 if [ -n "$trace_file" ]; then
   awk -F'[()]' '/fdatasync/ { split($2, d, " "); n++; s += d[1]; if (d[1] > 5) f++; if (d[1] > 10) t++
       if (d[1] > m) m = d[1] }
-    END { printf "the writer'"'"'s WAL flushes in the paced phase: %d, mean %.3f ms, %d over 5 ms, %d over 10 ms, the longest %.1f ms\n",
-      n, (n ? s / n : 0), f, t, m }' "$trace_file"
+    END { printf "the writer'"'"'s WAL flushes in the paced phase: %d, mean %.3f ms, %d over 5 ms, %d over 10 ms, the longest %.1f ms%s\n",
+      n, (n ? s / n : 0), f, t, m, (n ? "" : " (nothing traced)") }' "$trace_file"
   rm -f "$trace_file"
 fi
 awk -v rps="$sat_rps" -v n="$cores" \
