@@ -155,15 +155,15 @@ pub const INSERT_BATCH: &str = "WITH input AS (
 
 /// Queued and held invites with no breach, in one statement, so that holding an invite costs
 /// the time sending one does. Their senders are upserted once each (in key order, bytewise as
-/// [`super::lock_senders`] sorts them, so concurrent batches lock them in the same order whatever the
-/// database's collation), and each invite is inserted when its sender is in the state its
-/// verdict assumed and its `Idempotency-Key` is unused. A held invite takes a slot under its
-/// sender's cap, in arrival order, counted from the sender's row as it is once locked (every
-/// sender of a batch with held invites is locked first, in key order, each by its primary key
-/// whatever the plan): a repeated request or one whose sender changed takes none. A held
-/// invite claims its key before it takes a slot, so that a retry being written at the same time
-/// by another transaction (invisible to this statement's snapshot) waits for it and then takes
-/// neither. Answers the rows written.
+/// [`super::lock_senders`] sorts them, so concurrent batches lock them in the same order
+/// whatever the database's collation), and each invite is inserted when its sender is in the
+/// state its verdict assumed and its `Idempotency-Key` is unused. A held invite takes a slot
+/// under its sender's cap, in arrival order, counted from the sender's row as it is once
+/// locked (every sender of a batch with held invites is locked first, in key order, each by its
+/// primary key whatever the plan): a repeated request or one whose sender changed takes none. A
+/// held invite claims its key before it takes a slot, so that a retry being written at the same
+/// time by another transaction (invisible to this statement's snapshot) waits for it and then
+/// takes neither. Answers the rows written.
 ///
 /// A plan is kept by the writer's connection for as long as it lives, and one made while the
 /// tables were small would read them whole once they have grown: the senders are locked
