@@ -6,6 +6,7 @@ pub mod admin;
 pub mod api_keys;
 pub mod apps;
 pub mod audit;
+mod backoff;
 pub mod batch;
 pub mod cache;
 mod changes;

@@ -136,12 +136,11 @@ impl Outbox {
     }
 }
 
-/// Exponential backoff with jitter: base × 2^(attempts-1), capped at an hour, then a random
-/// share between a half and the whole, so instances retrying together spread out.
+/// Exponential backoff capped at an hour, then a random share between a half and the whole, so
+/// instances retrying together spread out.
 fn backoff(base: Duration, attempts: i32) -> Duration {
-    let exp = attempts.clamp(1, 20) - 1;
-    let full = base.saturating_mul(1 << exp).min(Duration::from_secs(3600));
-    full.mul_f64(rand::rng().random_range(0.5..=1.0))
+    crate::backoff::exponential(base, attempts, Duration::from_secs(3600))
+        .mul_f64(rand::rng().random_range(0.5..=1.0))
 }
 
 #[cfg(test)]

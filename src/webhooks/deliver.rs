@@ -299,12 +299,10 @@ fn validate(s: &WebhookSettings) -> Result<(), WebhookError> {
     Err(WebhookError::Settings(problem))
 }
 
-/// Exponential backoff: `base` × 2^(attempts-1), capped at `MAX_DELAY`, times `jitter` (around
-/// 1) so that events failing together spread out.
+/// Exponential backoff capped at `MAX_DELAY`, times `jitter` (around 1) so that events failing
+/// together spread out.
 fn backoff(base: Duration, attempts: i32, jitter: f64) -> Duration {
-    let exp = u32::try_from(attempts.clamp(1, 32) - 1).unwrap_or(0);
-    let full = base.saturating_mul(2u32.saturating_pow(exp)).min(MAX_DELAY);
-    full.mul_f64(jitter)
+    crate::backoff::exponential(base, attempts, MAX_DELAY).mul_f64(jitter)
 }
 
 #[cfg(test)]
