@@ -338,7 +338,6 @@ if [ -n "$trace_file" ]; then
       if (d[1] > m) m = d[1] }
     END { printf "the writer'"'"'s WAL flushes in the paced phase: %d, mean %.3f ms, %d over 5 ms, %d over 10 ms, the longest %.1f ms%s\n",
       n, (n ? s / n : 0), f, t, m, (n ? "" : " (nothing traced)") }' "$trace_file"
-  rm -f "$trace_file"
 fi
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \

@@ -5,9 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use reqwest::StatusCode;
-use serde_json::json;
-
 use crate::support::api::Api;
 use crate::support::app::{Stage, admin, api_key, migrated, wait_for};
 use crate::support::serve::ServeProcess;
@@ -30,12 +27,9 @@ async fn an_instance_that_requires_tls_reaches_postgres_only_over_tls() {
         cfg.database.database_url.push_str("?sslmode=require");
     })
     .await;
-    let api = Api::new(stage.base(), api_key(&stage.pool).await);
-    let (status, id) = api
-        .send(json!({"sender_id": "u_tls", "recipient": "r@example.com"}))
+    let id = Api::new(stage.base(), api_key(&stage.pool).await)
+        .accepted("u_tls", "r@example.com")
         .await;
-    assert_eq!(status, StatusCode::OK);
-    let id = id.expect("an invite id");
     let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE id::text = $1")
         .bind(&id)
         .fetch_one(&stage.pool)
@@ -233,12 +227,9 @@ async fn an_instance_counts_in_a_redis_reached_over_tls() {
         ],
     )
     .await;
-    let api = Api::new(serve.base.clone(), api_key(&pool).await);
-    let (status, id) = api
-        .send(json!({"sender_id": "u_tls", "recipient": "r@example.com"}))
+    let id = Api::new(serve.base.clone(), api_key(&pool).await)
+        .accepted("u_tls", "r@example.com")
         .await;
-    assert_eq!(status, StatusCode::OK);
-    let id = id.expect("an invite id");
     let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id::text = $1")
         .bind(&id)
         .fetch_one(&pool)
