@@ -7,6 +7,8 @@
 #                                                    flushes took in the paced phase)
 #   BENCH_PORT, and RECIPIENTS, SENDERS, RATE as benches/invites.lua reads them, change the
 #   defaults of the ports and of the traffic.
+#   CEILING_CLIENTS, SATURATION_CONNECTIONS  (defaults "16 64" and "32 64 128"; "" skips them) the
+#                                             other concurrencies of step 5.
 #
 # Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
 # of `invites` that 90 days' retention keeps, and a Redis server of its own (keys under the
@@ -19,7 +21,13 @@
 #   3. paced      wrk at 1,000 requests/s, for latency at a fixed load, and how many WAL
 #                 segments Postgres created meanwhile (each one stalls every commit);
 #   4. global-hot saturation again with SENDGUARD_GLOBAL_FLUSH_MS=0: the `global` rule counted in
-#                 Redis on every invite (one hot key) instead of in process and flushed.
+#                 Redis on every invite (one hot key) instead of in process and flushed;
+#   5. sweep      each side at other concurrencies, after what one invite costs is measured:
+#                 pgbench with CEILING_CLIENTS, the service with SATURATION_CONNECTIONS. With
+#                 CONNECTIONS closed-loop clients the service can leave CPU idle while every
+#                 request waits on Redis or on the writer, and pgbench can lose to its own
+#                 contention at many clients: the best ratio is the service's best rate at any
+#                 concurrency against pgbench's best.
 # For each phase it prints throughput, latency and the CPU share (of all cores) used by
 # sendguard, PostgreSQL, Redis and the load generator, then what one invite costs.
 set -euo pipefail
@@ -137,7 +145,7 @@ field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -n 1; }
 #    never flatters it.
 #    Prints pgbench's transactions/s, then its CPU line.
 ceiling_phase() {
-  local script out tps
+  local clients=$1 script out tps
   pgsql -c "CREATE TABLE ceiling (LIKE invites INCLUDING DEFAULTS INCLUDING INDEXES)"
   script=$(mktemp)
   cat >"$script" <<'SQL'
@@ -150,7 +158,7 @@ VALUES (gen_random_uuid(), 1, 1, 'u' || :n, 'r' || :r || '@example.com', 'exampl
     '{"rules": [["global-minute", 60548, 10000, 60, "exceeded"], ["ip-hourly", 7, 300, 3600, "ok"], ["new-sender-links", 0, 0, 86400, "ok"], ["recipient-daily", 3, 3, 86400, "ok"], ["sender-bounces-daily", 0, 10, 86400, "ok"], ["sender-complaints-daily", 0, 2, 86400, "ok"], ["sender-daily", 7, 500, 86400, "ok"], ["sender-distinct-recipients-daily", 7, 100, 86400, "ok"], ["sender-hourly", 7, 60, 3600, "ok"]], "action": "monitor", "reason": "rules"}',
     now());
 SQL
-  out=$(measured pgbench -h 127.0.0.1 -U postgres -n -M prepared -c "$conns" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)
+  out=$(measured pgbench -h 127.0.0.1 -U postgres -n -M prepared -c "$clients" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)
   rm -f "$script"
   pgsql -c "DROP TABLE ceiling"
   tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)
@@ -158,7 +166,7 @@ SQL
   echo "$tps"
   grep '^CPU' <<<"$out"
 }
-first_ceiling=$(ceiling_phase)
+first_ceiling=$(ceiling_phase "$conns")
 
 # 2. Saturation, then 3. a fixed 1,000 requests/s.
 before=$(pgsql -c "SELECT count(*) FROM invites")
@@ -190,7 +198,7 @@ calls_after=$(script_calls)
 reads_after=$(redis_reads)
 waits_after=$(waited)
 wal_bytes=$(pgsql -c "SELECT pg_wal_lsn_diff('$(wal_lsn)', '$wal_before')::bigint")
-second_ceiling=$(ceiling_phase)
+second_ceiling=$(ceiling_phase "$conns")
 ceiling=$(awk -v a="$(head -n 1 <<<"$first_ceiling")" -v b="$(head -n 1 <<<"$second_ceiling")" 'BEGIN { print (a > b ? a : b) }')
 # WAL segments in pg_wal: one more for each segment Postgres had to create rather than reuse
 # (net of any a checkpoint removed meanwhile).
@@ -342,3 +350,42 @@ fi
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
   'BEGIN { printf "cpu ms per 1,000 invites at saturation: sendguard %.0f, postgres %.0f, redis %.0f\n", s * n * 1e6 / rps, p * n * 1e6 / rps, r * n * 1e6 / rps }'
+
+# 5. Each side at its other concurrencies, with the global rule flushed again. pgbench's clients
+#    and the service's connections to Postgres must fit under max_connections.
+stop_serve
+start_serve 200
+max_connections=$(pgsql -c "SHOW max_connections")
+best_ceiling=$ceiling
+best_ceiling_at=$conns
+best_rps=$sat_rps
+best_at=$conns
+sweep=()
+for clients in ${CEILING_CLIENTS-16 64}; do
+  if [ "$clients" -gt $((max_connections - 30)) ]; then
+    echo "benches/invites.sh: pgbench with $clients clients skipped (max_connections $max_connections)" >&2
+    continue
+  fi
+  run=$(ceiling_phase "$clients")
+  tps=$(head -n 1 <<<"$run")
+  sweep+=("ceiling@$clients|$tps|-|-|-|-|$(tail -n 1 <<<"$run" | sed 's/^CPU //')")
+  if awk -v a="$tps" -v b="$best_ceiling" 'BEGIN { exit !(a > b) }'; then best_ceiling=$tps; best_ceiling_at=$clients; fi
+done
+for c in ${SATURATION_CONNECTIONS-32 64 128}; do
+  out=$(measured wrk -t "$threads" -c "$c" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
+  run=$(grep '^RESULT' <<<"$out")
+  rps=$(field rps "$run")
+  sweep+=("saturation@$c|$rps|$(field p50_ms "$run")|$(field p99_ms "$run")|$(field p999_ms "$run")|$(field non2xx_or_errors "$run")|$(grep '^CPU' <<<"$out" | sed 's/^CPU //')")
+  if awk -v a="$rps" -v b="$best_rps" 'BEGIN { exit !(a > b) }'; then best_rps=$rps; best_at=$c; fi
+done
+if [ ${#sweep[@]} -gt 0 ]; then
+  echo
+  echo "other concurrencies (ratio to the highest ceiling of the run, $(printf '%.0f' "$best_ceiling")/s with $best_ceiling_at clients):"
+  for row in "${sweep[@]}"; do
+    IFS='|' read -r name rate p50 p99 p999 failed cpu <<<"$row"
+    printf '%-15s %7.0f %9.2f %8s %8s %9s %9s   %s\n' "$name" "$rate" "$(echo "$rate / $best_ceiling" | bc -l)" \
+      "$p50" "$p99" "$p999" "$failed" "$cpu"
+  done
+  awk -v r="$best_rps" -v c="$best_ceiling" -v at="$best_at" -v cat="$best_ceiling_at" \
+    'BEGIN { printf "best ratio: %.2f (the service with %s connections against pgbench with %s clients)\n", r / c, at, cat }'
+fi
