@@ -183,7 +183,7 @@ reads_before=$(redis_reads)
 # batches: summed over the phase.
 waited() {
   curl -fs "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^sendguard_((http_request|postgres|redis)_seconds|batch_invites)_(sum|count)/ {
+    awk '/^sendguard_((http_request|postgres|redis|sender_read)_seconds|batch_invites)_(sum|count)/ {
       name = $1; sub(/\{.*/, "", name); total[name] += $2 }
       END { for (n in total) printf "%s=%s ", n, total[n] }'
 }
@@ -208,7 +208,7 @@ segments_before=$(wal_segments)
 # which stage the paced phase's slow requests waited in.
 tails() {
   curl -fs "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^sendguard_(http_request|postgres|redis)_seconds_(bucket|count)/ {
+    awk '/^sendguard_(http_request|postgres|redis|sender_read)_seconds_(bucket|count)/ {
       name = $1; sub(/\{.*/, "", name); sub(/_seconds_(bucket|count)$/, "", name)
       if ($1 ~ /_count/) n[name] += $2
       else if ($1 ~ /le="0.005"/) five[name] += $2
@@ -325,21 +325,26 @@ mean_of() {
 }
 mean_ms() { mean_of "$1" 1000; }
 # Mean time per request in the saturation phase: the whole request (invites route and every
-# other), the writer (queue, batch statement, commit) and the rules' Redis calls; and how many
-# invites each commit wrote.
+# other), the writer (queue, batch statement, commit) and the rules' Redis calls; the reads of
+# senders' standings the cache missed (not every request makes one); and how many invites each
+# commit wrote.
+sender_reads=$(awk -v a="$(field sendguard_sender_read_seconds_count "$waits_after")" \
+  -v b="$(field sendguard_sender_read_seconds_count "$waits_before")" -v n=$((after - before)) \
+  'BEGIN { printf "%.2f", (a - b) / (n > 0 ? n : 1) }')
 echo "mean ms per request at saturation: whole request $(mean_ms sendguard_http_request_seconds)," \
-  "waiting on the writer $(mean_ms sendguard_postgres_seconds), on Redis $(mean_ms sendguard_redis_seconds)"
+  "waiting on the writer $(mean_ms sendguard_postgres_seconds), on Redis $(mean_ms sendguard_redis_seconds);" \
+  "per sender read $(mean_ms sendguard_sender_read_seconds) ($sender_reads reads per invite)"
 echo "invites per commit at saturation: $(mean_of sendguard_batch_invites 1)"
 # Per stage of a request in the paced phase: the share of its waits over 5 and over 10 ms.
 over() {
   awk -v n0="$(field "${1}_n" "$tails_before")" -v n1="$(field "${1}_n" "$tails_after")" \
     -v a0="$(field "${1}_5" "$tails_before")" -v a1="$(field "${1}_5" "$tails_after")" \
     -v b0="$(field "${1}_10" "$tails_before")" -v b1="$(field "${1}_10" "$tails_after")" \
-    'BEGIN { n = n1 - n0; if (n <= 0) n = 1
-      printf "%.2f%% over 5 ms, %.2f%% over 10 ms", 100 * (n - (a1 - a0)) / n, 100 * (n - (b1 - b0)) / n }'
+    'BEGIN { n = n1 - n0; if (n <= 0) { printf "none"; exit }
+      printf "%.2f%% over 5 ms, %.2f%% over 10 ms (of %d)", 100 * (n - (a1 - a0)) / n, 100 * (n - (b1 - b0)) / n, n }'
 }
 echo "paced phase, slow waits: whole request $(over sendguard_http_request); on the writer $(over sendguard_postgres);" \
-  "on Redis $(over sendguard_redis)"
+  "on Redis $(over sendguard_redis); of sender reads $(over sendguard_sender_read)"
 echo "WAL segments created during the paced phase (net): $segments_created"
 if [ -n "$trace_file" ]; then
   awk -F'[()]' '/fdatasync/ { split($2, d, " "); n++; s += d[1]; if (d[1] > 5) f++; if (d[1] > 10) t++

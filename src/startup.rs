@@ -115,7 +115,7 @@ impl Services {
         let transport =
             Transport::new(cfg.smtp_url.as_deref(), cfg.smtp_connections, &cfg.mail_dir)?;
         let metrics = Metrics::default();
-        let senders = SenderStates::new(batches.clone());
+        let senders = SenderStates::new(batches.clone(), metrics.clone());
         let outcomes = Outcomes {
             pool: pool.clone(),
             limiter: limiter.clone(),

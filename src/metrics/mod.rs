@@ -57,6 +57,7 @@ struct Inner {
     retention_removed: Family<TableLabel, Counter>,
     redis_seconds: Histogram,
     postgres_seconds: Histogram,
+    sender_read_seconds: Histogram,
     smtp_seconds: Histogram,
     http_request_seconds: Family<HttpLabels, Histogram, fn() -> Histogram>,
     batch_invites: Histogram,
@@ -74,6 +75,7 @@ impl Default for Metrics {
             retention_removed: Family::default(),
             redis_seconds: latency(),
             postgres_seconds: latency(),
+            sender_read_seconds: latency(),
             smtp_seconds: latency(),
             http_request_seconds: Family::new_with_constructor(latency),
             batch_invites: Histogram::new(BATCH_BUCKETS),
@@ -116,6 +118,11 @@ impl Default for Metrics {
             "sendguard_postgres_seconds",
             "Latency of recording an invite in Postgres",
             inner.postgres_seconds.clone(),
+        );
+        r.register(
+            "sendguard_sender_read_seconds",
+            "Latency of reading a sender's standing that this instance had not cached",
+            inner.sender_read_seconds.clone(),
         );
         r.register(
             "sendguard_smtp_seconds",
@@ -183,6 +190,11 @@ impl Metrics {
     /// One invite recorded in Postgres.
     pub fn postgres_latency(&self, took: Duration) {
         self.inner.postgres_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One sender's standing read from Postgres, with the others missing from the cache.
+    pub fn sender_read_latency(&self, took: Duration) {
+        self.inner.sender_read_seconds.observe(took.as_secs_f64());
     }
 
     /// One batch of `invites` committed by the writer.

@@ -51,6 +51,11 @@ fn every_metric_keeps_its_name_type_and_help() {
             "Latency of recording an invite in Postgres.",
         ),
         (
+            "sendguard_sender_read_seconds",
+            "histogram",
+            "Latency of reading a sender's standing that this instance had not cached.",
+        ),
+        (
             "sendguard_smtp_seconds",
             "histogram",
             "Latency of sending one email.",

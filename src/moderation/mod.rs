@@ -13,6 +13,7 @@ use crate::audit::{self, Entry};
 use crate::batch::{BatchError, Batcher};
 use crate::cache::TtlCache;
 use crate::db::KeptConnections;
+use crate::metrics::Metrics;
 use crate::rules::Signal;
 use crate::sender::SenderKey;
 use crate::webhooks::{self, EventType};
@@ -101,10 +102,11 @@ const READERS: usize = 1;
 pub struct SenderStates {
     cache: TtlCache<SenderKey, Standing>,
     reads: Batcher<SenderKey, Standing>,
+    metrics: Metrics,
 }
 
 impl SenderStates {
-    pub fn new(connections: KeptConnections) -> Self {
+    pub fn new(connections: KeptConnections, metrics: Metrics) -> Self {
         SenderStates {
             cache: TtlCache::new(Duration::from_secs(60), 200_000),
             reads: Batcher::start(MAX_READ, READERS, move |senders| {
@@ -115,6 +117,7 @@ impl SenderStates {
                         .await
                 }
             }),
+            metrics,
         }
     }
 
@@ -124,7 +127,9 @@ impl SenderStates {
             Ok(standing) => return Ok(standing),
             Err(ticket) => ticket,
         };
+        let started = std::time::Instant::now();
         let standing = self.reads.call(sender.clone()).await?;
+        self.metrics.sender_read_latency(started.elapsed());
         self.cache.store(ticket, sender.clone(), standing.clone());
         Ok(standing)
     }

@@ -79,6 +79,8 @@ async fn metrics_follow_a_scripted_scenario() {
     );
     expect("sendguard_redis_seconds_count", 3.0);
     expect("sendguard_postgres_seconds_count", 3.0);
+    // The sender's first invite read its standing; the next two found it cached.
+    expect("sendguard_sender_read_seconds_count", 1.0);
     // One at a time: a batch each.
     expect("sendguard_batch_invites_count", 3.0);
     expect("sendguard_batch_invites_sum", 3.0);
