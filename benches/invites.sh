@@ -381,7 +381,11 @@ for c in ${SATURATION_CONNECTIONS-32 64 128}; do
   run=$(grep '^RESULT' <<<"$out")
   rps=$(field rps "$run")
   sweep+=("saturation@$c|$rps|$(field p50_ms "$run")|$(field p99_ms "$run")|$(field p999_ms "$run")|$(field non2xx_or_errors "$run")|$(grep '^CPU' <<<"$out" | sed 's/^CPU //')")
-  if awk -v a="$rps" -v b="$best_rps" 'BEGIN { exit !(a > b) }'; then best_rps=$rps; best_at=$c; fi
+  # A run with failed answers is no rate the service sustains.
+  if [ "$(field non2xx_or_errors "$run")" = 0 ] && awk -v a="$rps" -v b="$best_rps" 'BEGIN { exit !(a > b) }'; then
+    best_rps=$rps
+    best_at=$c
+  fi
 done
 if [ ${#sweep[@]} -gt 0 ]; then
   echo
