@@ -9,7 +9,7 @@
 -- algorithm's `made_` local, which redis_store.rs declares above: every function or table the
 -- body makes is an allocation on every call, and the ones that used to wrap the dispatch cost a
 -- fast-path decision 8-19% of its time in Redis.
-local now = tonumber(ARGV[1])
+local now = ARGV[1] + 0
 -- `out` is made only for several rules.
 local out, k = nil, 1
 for n = 2, #ARGV, 4 do

@@ -4,7 +4,7 @@
     key2 = KEYS[k]
     k = k + 1
   end
-  local answer = run(key, key2, ARGV[n + 1], ARGV[n + 2], tonumber(ARGV[n + 3]))
+  local answer = run(key, key2, ARGV[n + 1], ARGV[n + 2], ARGV[n + 3] + 0)
   if #ARGV == 5 then
     return answer
   end

@@ -20,7 +20,7 @@ local HEADS = 1048576 -- 2^20
 local TOTALS = 4294967296 -- 2^32
 local OLDEST = 67108864 -- 2^26
 local a = now * 60
-local i = math.floor(a / window)
+local i = (a - a % window) / window
 local span = RING + 1 -- sub-windows a count stays in the window
 if option == 'lenient' then
   span = RING
@@ -41,7 +41,7 @@ if cost > 0 then
     end
   else
     m_before = mv - cost
-    if math.floor(mv / TOTALS) == i % HEADS then
+    if (mv - mv % TOTALS) / TOTALS == i % HEADS then
       local count = mv % TOTALS
       if option ~= 'harsh' then
         local s = i % RING

@@ -8,8 +8,12 @@
 -- remaining, retry_after_ms, reset_after_ms}, all integers, or for an attempt a fast path
 -- allowed (or a read found nothing), the single integer count * 2^32 + reset_after_ms.
 -- Each algorithm mirrors src/limiter/algorithms.rs: same state, same integer arithmetic.
-local cost = tonumber(cost_arg)
+-- The caller's numbers are read by arithmetic (`x + 0`, one strtod) rather than tonumber, which
+-- parses its argument twice; `(x - x % d) / d` is math.floor(x / d) exactly (Lua's % floors),
+-- without a global lookup and a C call. On a fast-path decision the two cut Redis' instructions
+-- per call by an eighth (docs/PERFORMANCE.md).
+local cost = cost_arg + 0
 local window = rule % 4194304 * 1000
-local limit = math.floor(rule / 16777216)
-local flags = math.floor(rule / 4194304) % 4
+local limit = (rule - rule % 16777216) / 16777216
+local flags = (rule - rule % 4194304) / 4194304 % 4
 local over, quiet = flags % 2 == 1, flags >= 2
