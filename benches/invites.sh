@@ -3,8 +3,9 @@
 #
 #   benches/invites.sh [SECONDS] [CONNECTIONS]      (defaults: 15 s per phase, 32 connections)
 #   SENDGUARD_BIN=path benches/invites.sh ...       (that binary instead of a release build here)
-#   TRACE_WAL_FLUSH=1 benches/invites.sh ...        (as root, with perf: how long the writer's WAL
-#                                                    flushes took in the paced phase)
+#   TRACE_WAL_FLUSH=1 benches/invites.sh ...        (as root, with perf: how long the WAL flushes
+#                                                    of the writer and of the other Postgres
+#                                                    processes took in the paced phase)
 #   BENCH_PORT, and RECIPIENTS, SENDERS, RATE as benches/invites.lua reads them, change the
 #   defaults of the ports and of the traffic.
 #   CEILING_CLIENTS, SATURATION_CONNECTIONS  (defaults "16 64" and "32 64 128"; "" skips them) the
@@ -217,9 +218,10 @@ tails() {
 }
 tails_before=$(tails)
 # Every answer waits for its batch's commit, and so for the disk's flush of the WAL: when the
-# paced phase's tail is long, the flushes of the writer's connections (fdatasync, traced by
-# `perf trace`) show whether the disk was slow. A commit that waits for another process's
-# flush is not among them. Tracing costs each flush a little; off unless asked for.
+# paced phase's tail is long, the flushes (fdatasync and fsync of every Postgres process, traced
+# by `perf trace`) show whether the disk was slow: the writer's connections' own, and the other
+# processes' (the outbox, the WAL writer, the checkpointer), whose flush a commit may wait for
+# instead of flushing itself. Tracing costs each flush a little; off unless asked for.
 trace_file=
 trace_pid=
 if [ "${TRACE_WAL_FLUSH:-0}" = 1 ]; then
@@ -227,7 +229,7 @@ if [ "${TRACE_WAL_FLUSH:-0}" = 1 ]; then
       WHERE datname = current_database() AND application_name = 'sendguard-batches'")
   [ -n "$writers" ] || { echo "benches/invites.sh: no sendguard-batches connection to trace" >&2; exit 1; }
   trace_file=$(mktemp)
-  timeout $((secs + 5)) perf trace -p "$writers" -e fdatasync -o "$trace_file" 2>>"$mail.log" &
+  timeout $((secs + 5)) perf trace -a -e fdatasync,fsync -o "$trace_file" 2>>"$mail.log" &
   trace_pid=$!
   # perf takes a moment to attach; the phase starts once it has.
   sleep 1
@@ -347,10 +349,24 @@ echo "paced phase, slow waits: whole request $(over sendguard_http_request); on 
   "on Redis $(over sendguard_redis); of sender reads $(over sendguard_sender_read)"
 echo "WAL segments created during the paced phase (net): $segments_created"
 if [ -n "$trace_file" ]; then
-  awk -F'[()]' '/fdatasync/ { split($2, d, " "); n++; s += d[1]; if (d[1] > 5) f++; if (d[1] > 10) t++
-      if (d[1] > m) m = d[1] }
-    END { printf "the writer'"'"'s WAL flushes in the paced phase: %d, mean %.3f ms, %d over 5 ms, %d over 10 ms, the longest %.1f ms%s\n",
-      n, (n ? s / n : 0), f, t, m, (n ? "" : " (nothing traced)") }' "$trace_file"
+  # A flush: `<ms since start> (<duration> ms): postgres/<pid> fdatasync(fd: N) = 0`; one that
+  # another event interrupted is a line without a duration (`( ): … fdatasync(fd: N) ...`) and
+  # then one with it (`( N ms): postgres/<pid>  ... [continued]: fdatasync()) = 0`). Tracing
+  # every CPU, perf sometimes prints such a flush once more with a negative duration wrapped
+  # around 2^64 ns (about 1.8e13 ms): not a flush of its own, skipped.
+  awk -v writers=",$writers," '
+    / postgres\/[0-9]+ .*f(data)?sync\(/ && /^ *[0-9.]+ \( *[0-9.]+ ms\)/ {
+      d = $0; sub(/^[^(]*\( */, "", d); sub(/ ms\).*/, "", d); d += 0
+      if (d > 1e9) next
+      pid = $0; sub(/^.*postgres\//, "", pid); sub(/ .*/, "", pid)
+      k = index(writers, "," pid ",") ? "w" : "o"
+      n[k]++; s[k] += d; if (d > 5) f[k]++; if (d > 10) t[k]++; if (d > m[k]) m[k] = d
+    }
+    function line(k, what) {
+      printf "%s in the paced phase: %d, mean %.3f ms, %d over 5 ms, %d over 10 ms, the longest %.1f ms%s\n",
+        what, n[k], (n[k] ? s[k] / n[k] : 0), f[k], t[k], m[k], (n[k] ? "" : " (nothing traced)")
+    }
+    END { line("w", "the writer'"'"'s WAL flushes"); line("o", "other Postgres processes'"'"' flushes") }' "$trace_file"
 fi
 awk -v rps="$sat_rps" -v n="$cores" \
   -v s="$(field sendguard "$sat_cpu")" -v p="$(field postgres "$sat_cpu")" -v r="$(field redis "$sat_cpu")" \
