@@ -1,8 +1,10 @@
-//! Redis key names: `{prefix}:{subject}:{rule}:{algorithm}{window_ms}`.
+//! Redis key names: `{prefix}:{subject}:{code}`, the code a hash of the rule's name, algorithm
+//! family and window.
 //!
 //! The subject sits in a Redis Cluster hash tag, so every key of one subject lives in one slot and
-//! one pipeline serves it. The algorithm and window are part of the name: changing either starts
-//! fresh counters instead of misreading old ones; changing the limit keeps them.
+//! one pipeline serves it. The algorithm and window are part of the code: changing either starts
+//! fresh counters instead of misreading old ones; changing the limit keeps them. The code is
+//! short because the name is a large part of a small key's bytes (docs/LIMITER.md).
 
 use std::fmt::Write;
 
@@ -27,10 +29,10 @@ impl KeyPrefix {
         &self.0
     }
 
-    /// The key of one rule for one subject, e.g. `sg:{sender:u_1}:sender-hourly:hr3600000`.
+    /// The key of one rule for one subject, e.g. `sg:{sender:u_1}:7M60W7`.
     /// `subject` is `scope:value`; the value is escaped so no input can close the hash tag early.
     pub fn key(&self, subject: &str, rule: &str, quota: &Quota) -> LimitKey {
-        let mut name = String::with_capacity(self.0.len() + subject.len() + rule.len() + 20);
+        let mut name = String::with_capacity(self.0.len() + subject.len() + 4 + CODE_LEN);
         name.push_str(&self.0);
         name.push_str(":{");
         for ch in subject.chars() {
@@ -41,14 +43,42 @@ impl KeyPrefix {
                 _ => name.push(ch),
             }
         }
-        let _ = write!(
-            name,
-            "}}:{rule}:{}{}",
-            quota.algorithm.key_code(),
-            quota.window_ms
-        );
+        name.push_str("}:");
+        name.push_str(&rule_code(rule, quota));
         LimitKey(name)
     }
+}
+
+/// Base-62 digits of a rule's code.
+const CODE_LEN: usize = 6;
+
+/// A rule's code in its keys: FNV-1a (64 bits) of its name, algorithm family and window, as six
+/// base-62 digits (35.7 bits). Two rules of one scope share keys only if their codes collide:
+/// about one deployment in 10^8 with 30 rules. Every instance and every version must compute the
+/// same code, or counters start afresh: the tests pin it.
+fn rule_code(rule: &str, quota: &Quota) -> String {
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let window = quota.window_ms.to_string();
+    let parts = [
+        rule.as_bytes(),
+        quota.algorithm.key_code().as_bytes(),
+        window.as_bytes(),
+    ];
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (n, part) in parts.iter().enumerate() {
+        // A separator no rule name holds, so that no two triples hash the same bytes.
+        let separator: &[u8] = if n == 0 { b"" } else { b"\0" };
+        for &byte in separator.iter().chain(part.iter()) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    (0..CODE_LEN)
+        .map(|_| {
+            let digit = DIGITS[(hash % 62) as usize];
+            hash /= 62;
+            char::from(digit)
+        })
+        .collect()
 }
 
 impl Default for KeyPrefix {
@@ -83,7 +113,7 @@ mod tests {
     fn key_carries_the_subject_as_hash_tag() {
         let q = Quota::new(60, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
         let k = KeyPrefix::default().key("sender:u_1", "sender-hourly", &q);
-        assert_eq!(k.as_str(), "sg:{sender:u_1}:sender-hourly:hr3600000");
+        assert_eq!(k.as_str(), "sg:{sender:u_1}:7M60W7");
         assert_eq!(k.hash_tag(), "sender:u_1");
     }
 
@@ -91,8 +121,43 @@ mod tests {
     fn braces_in_a_subject_cannot_break_the_tag() {
         let q = Quota::new(5, 60, Algorithm::FixedWindow);
         let k = KeyPrefix::default().key("sender:a}b{%", "r", &q);
-        assert_eq!(k.as_str(), "sg:{sender:a%7Db%7B%25}:r:fw60000");
+        assert_eq!(k.as_str(), "sg:{sender:a%7Db%7B%25}:G5kuq4");
         assert_eq!(k.hash_tag(), "sender:a%7Db%7B%25");
+    }
+
+    /// The codes of deployed keys, computed apart from this code (FNV-1a over `name`, NUL, the
+    /// algorithm family's letters, NUL, the window in ms): a change would start every counter
+    /// of every deployment afresh on upgrade.
+    #[test]
+    fn rule_codes_stay_what_deployments_have_in_redis() {
+        let hourly = Algorithm::HashCounters(EdgeMode::Harsh);
+        let cases = [
+            ("sender-daily", Quota::new(500, 86_400, hourly), "gZE2A4"),
+            ("ip-hourly", Quota::new(300, 3600, hourly), "f7QbBO"),
+            (
+                "sender-distinct-recipients-daily",
+                Quota::new(100, 86_400, Algorithm::Distinct),
+                "7hTyPW",
+            ),
+        ];
+        for (rule, quota, code) in cases {
+            assert_eq!(rule_code(rule, &quota), code, "{rule}");
+        }
+    }
+
+    #[test]
+    fn the_code_changes_with_the_window_and_the_algorithm_not_the_limit_or_edge() {
+        let harsh = Algorithm::HashCounters(EdgeMode::Harsh);
+        let code = |limit, secs, algorithm| {
+            rule_code("sender-hourly", &Quota::new(limit, secs, algorithm))
+        };
+        assert_eq!(code(60, 3600, harsh), "7M60W7");
+        assert_eq!(
+            code(90, 3600, Algorithm::HashCounters(EdgeMode::Weighted)),
+            "7M60W7"
+        );
+        assert_eq!(code(60, 86_400, harsh), "AgVH2X");
+        assert_eq!(code(60, 3600, Algorithm::FixedWindow), "YoS9Ny");
     }
 
     #[test]

@@ -70,7 +70,8 @@ impl Algorithm {
         Algorithm::SlidingLog,
     ];
 
-    /// Short code used inside Redis keys: a change of algorithm or window starts fresh counters.
+    /// The algorithm family in a key's code ([`keys`]): a change of algorithm or window starts
+    /// fresh counters.
     fn key_code(self) -> &'static str {
         match self {
             Algorithm::HashCounters(_) => "hr",
