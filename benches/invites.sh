@@ -379,8 +379,13 @@ start_serve 200
 max_connections=$(pgsql -c "SHOW max_connections")
 best_ceiling=$ceiling
 best_ceiling_at=$conns
-best_rps=$sat_rps
-best_at=$conns
+# Step 2's rate counts as the sweep's do: only when every answer was a success.
+best_rps=0
+best_at=none
+if [ "$(field non2xx_or_errors "$sat")" = 0 ]; then
+  best_rps=$sat_rps
+  best_at=$conns
+fi
 sweep=()
 for clients in ${CEILING_CLIENTS-16 64}; do
   if [ "$clients" -gt $((max_connections - 30)) ]; then
@@ -411,6 +416,10 @@ if [ ${#sweep[@]} -gt 0 ]; then
     printf '%-15s %7.0f %9.2f %8s %8s %9s %9s   %s\n' "$name" "$rate" "$(echo "$rate / $best_ceiling" | bc -l)" \
       "$p50" "$p99" "$p999" "$failed" "$cpu"
   done
-  awk -v r="$best_rps" -v c="$best_ceiling" -v at="$best_at" -v cat="$best_ceiling_at" \
-    'BEGIN { printf "best ratio: %.2f (the service with %s connections against pgbench with %s clients)\n", r / c, at, cat }'
+  if [ "$best_at" = none ]; then
+    echo "best ratio: none (every run of the service had failed answers)"
+  else
+    awk -v r="$best_rps" -v c="$best_ceiling" -v at="$best_at" -v cat="$best_ceiling_at" \
+      'BEGIN { printf "best ratio: %.2f (the service with %s connections against pgbench with %s clients)\n", r / c, at, cat }'
+  fi
 fi

@@ -29,6 +29,9 @@ pub(super) struct RuleRow {
     edge: String,
     action: String,
     enabled: bool,
+    /// Every Redis key of the rule, as a `SCAN MATCH` pattern: keys end in a code, not the
+    /// rule's name.
+    keys: String,
 }
 
 #[derive(Template, WebTemplate)]
@@ -53,6 +56,9 @@ pub(super) async fn list(
             .into_iter()
             .map(|r| {
                 let (algorithm, edge) = edit::algorithm_parts(r.quota.algorithm);
+                let keys = dashboard
+                    .keys
+                    .key(&r.scope.any_subject(), &r.name, &r.quota);
                 RuleRow {
                     id: r.id,
                     name: r.name,
@@ -65,6 +71,7 @@ pub(super) async fn list(
                     edge: edge.unwrap_or_default().to_owned(),
                     action: r.action.as_str().to_owned(),
                     enabled: r.enabled,
+                    keys: keys.as_str().to_owned(),
                 }
             })
             .collect(),

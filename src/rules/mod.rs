@@ -55,14 +55,34 @@ pub struct Subjects<'a> {
 }
 
 impl Scope {
-    /// The subject a rule of this scope counts an invite under, if the rule applies to it.
+    /// The subject a rule of this scope counts an invite under, if the rule applies to it:
+    /// `kind:value`, or the kind alone for the one global count.
     pub fn subject(self, of: &Subjects<'_>) -> Option<String> {
+        let kind = self.subject_kind();
         match self {
             Scope::Sender => Some(sender_subject(of.sender)),
-            Scope::Ip => of.sender_ip.map(|ip| format!("ip:{ip}")),
-            Scope::Recipient => Some(format!("recipient:{}", of.recipient)),
-            Scope::RecipientDomain => Some(format!("domain:{}", of.recipient_domain)),
-            Scope::Global => Some("global".to_owned()),
+            Scope::Ip => of.sender_ip.map(|ip| format!("{kind}:{ip}")),
+            Scope::Recipient => Some(format!("{kind}:{}", of.recipient)),
+            Scope::RecipientDomain => Some(format!("{kind}:{}", of.recipient_domain)),
+            Scope::Global => Some(kind.to_owned()),
+        }
+    }
+
+    /// A glob of every subject of this scope (for `SCAN MATCH`).
+    pub fn any_subject(self) -> String {
+        match self {
+            Scope::Global => self.subject_kind().to_owned(),
+            _ => format!("{}:*", self.subject_kind()),
+        }
+    }
+
+    fn subject_kind(self) -> &'static str {
+        match self {
+            Scope::Sender => "sender",
+            Scope::Ip => "ip",
+            Scope::Recipient => "recipient",
+            Scope::RecipientDomain => "domain",
+            Scope::Global => "global",
         }
     }
 }
@@ -70,7 +90,7 @@ impl Scope {
 /// The subject of a sender's counters: the app is part of it, so two apps' senders of the
 /// same id never share a count (and the hash tag keeps one sender's keys in one slot).
 pub fn sender_subject(sender: &SenderKey) -> String {
-    format!("sender:{sender}")
+    format!("{}:{sender}", Scope::Sender.subject_kind())
 }
 
 impl FromStr for Scope {

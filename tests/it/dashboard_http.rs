@@ -6,6 +6,7 @@ use crate::support::app::{self as app, api_key, config, sender_state};
 use crate::support::dashboard::{self, hidden};
 use reqwest::StatusCode;
 use sendguard::admin::accounts::Role;
+use sendguard::limiter::KeyPrefix;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -306,6 +307,31 @@ async fn bulk_confirm_from_the_queue_holds_later_invites() {
         6,
         "a confirmed ban delivers nothing more"
     );
+}
+
+/// Keys end in a code, not the rule's name: the rules page shows each rule's keys as a pattern,
+/// and the pattern finds the key an invite wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_page_shows_a_pattern_that_finds_the_rules_keys() {
+    let stage = Stage::new("dashkeys").await;
+    stage.invite("heavy", "h0@example.com").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, list) = stage.get(&browser, "/admin/rules").await;
+    let row = &list[list.find("<td>sender-hourly</td>").expect("the rule's row")..];
+    let start = row.find("<code>").expect("its keys") + "<code>".len();
+    let pattern = &row[start..start + row[start..].find("</code>").expect("the end")];
+    let (head, tail) = pattern.split_once('*').expect("a glob of every sender");
+    let (prefix, _) = head.split_once(":{").expect("the prefix");
+    let prefix = KeyPrefix::new(prefix).expect("a key prefix");
+    let store = crate::support::redis_store().await;
+    let keys = crate::support::keys_under(&store, &prefix).await;
+    let found: Vec<&String> = keys
+        .iter()
+        .filter(|k| k.starts_with(head) && k.ends_with(tail))
+        .collect();
+    assert_eq!(found.len(), 1, "{pattern} among {keys:?}");
+    assert!(found[0].contains(":heavy}"), "{found:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
