@@ -52,7 +52,9 @@ impl From<SaveError> for AdminError {
         match e {
             SaveError::Db(e) => AdminError::Db(e),
             SaveError::NotFound => AdminError::NotFound("No such rule.".into()),
-            e @ (SaveError::NameTaken(_) | SaveError::Stale) => AdminError::BadForm(e.to_string()),
+            e @ (SaveError::NameTaken(_) | SaveError::SharedKeys { .. } | SaveError::Stale) => {
+                AdminError::BadForm(e.to_string())
+            }
         }
     }
 }

@@ -370,7 +370,7 @@ async fn submit(
             let notice = Notice::RuleSaved.query();
             Ok(Redirect::to(&format!("/admin/rules?{notice}")).into_response())
         }
-        Err(e @ SaveError::NameTaken(_)) => {
+        Err(e @ (SaveError::NameTaken(_) | SaveError::SharedKeys { .. })) => {
             let errors = FieldErrors {
                 name: Some(e.to_string()),
                 ..FieldErrors::default()

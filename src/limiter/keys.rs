@@ -53,10 +53,10 @@ impl KeyPrefix {
 const CODE_LEN: usize = 6;
 
 /// A rule's code in its keys: FNV-1a (64 bits) of its name, algorithm family and window, as six
-/// base-62 digits (35.7 bits). Two rules of one scope share keys only if their codes collide:
-/// about one deployment in 10^8 with 30 rules. Every instance and every version must compute the
-/// same code, or counters start afresh: the tests pin it.
-fn rule_code(rule: &str, quota: &Quota) -> String {
+/// base-62 digits (35.7 bits). Two rules of one scope would share keys if their codes collided
+/// (about one deployment in 10^8 with 30 rules), which saving a rule refuses. Every instance and
+/// every version must compute the same code, or counters start afresh: the tests pin it.
+pub fn rule_code(rule: &str, quota: &Quota) -> String {
     const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let window = quota.window_ms.to_string();
     let parts = [

@@ -21,7 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use connection::{RedisConnection, RedisTarget};
 pub use distinct::MAX_DISTINCT_LIMIT;
-pub use keys::{KeyPrefix, LimitKey};
+pub use keys::{KeyPrefix, LimitKey, rule_code};
 pub use memory::MemoryStore;
 pub use redis_store::{RedisSettings, RedisStore};
 

@@ -4,11 +4,11 @@
 use std::str::FromStr;
 
 use serde_json::json;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{PgConnection, PgPool};
 
-use super::{Action, Scope, Signal, quota_for};
+use super::{Action, Rule, RuleRow, SELECT_RULES, Scope, Signal, quota_for};
 use crate::audit::{self, Entry};
-use crate::limiter::{Algorithm, EdgeMode, MAX_DISTINCT_LIMIT, MAX_LIMIT, Quota};
+use crate::limiter::{Algorithm, EdgeMode, MAX_DISTINCT_LIMIT, MAX_LIMIT, Quota, rule_code};
 
 /// A rule as typed into the form, or written in a rules file.
 #[derive(Debug, Clone, Default)]
@@ -200,6 +200,8 @@ pub fn algorithm_parts(algorithm: Algorithm) -> (&'static str, Option<&'static s
 pub enum SaveError {
     #[error("a rule named `{0}` already exists")]
     NameTaken(String),
+    #[error("the Redis keys of `{name}` would be those of rule `{other}`: give it another name")]
+    SharedKeys { name: String, other: String },
     #[error("someone changed this rule since you loaded the page; reload it and edit again")]
     Stale,
     #[error("no such rule")]
@@ -247,17 +249,43 @@ pub async fn create(
     note: Option<&str>,
 ) -> Result<i64, SaveError> {
     let mut tx = pool.begin().await?;
-    let id = insert(&mut *tx, rule).await?;
+    let id = insert(&mut tx, rule).await?;
     audit_rule(&mut tx, actor, "rule_create", id, rule, note).await?;
     tx.commit().await?;
     Ok(id)
 }
 
-/// Inserts a new rule; its id.
-pub(super) async fn insert<'e>(
-    db: impl PgExecutor<'e>,
+/// Refuses a rule whose counters would share Redis keys with another rule of its scope: a key
+/// ends in a code of its rule's name, algorithm and window ([`rule_code`]), and two rules' codes
+/// can collide, however rarely. `except` is the rule being edited.
+async fn refuse_shared_keys(
+    conn: &mut PgConnection,
+    name: &str,
     rule: &ValidRule,
-) -> Result<i64, SaveError> {
+    except: Option<i64>,
+) -> Result<(), SaveError> {
+    let code = rule_code(name, &rule.quota);
+    let rows: Vec<RuleRow> = sqlx::query_as(&format!("{SELECT_RULES} WHERE scope = $1"))
+        .bind(rule.scope.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    // A row that does not read as a rule is refused where the rules are loaded, not here.
+    let other = rows
+        .into_iter()
+        .filter_map(|row| Rule::try_from(row).ok())
+        .find(|r| Some(r.id) != except && r.name != name && rule_code(&r.name, &r.quota) == code);
+    match other {
+        Some(other) => Err(SaveError::SharedKeys {
+            name: name.to_owned(),
+            other: other.name,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Inserts a new rule; its id.
+pub(super) async fn insert(conn: &mut PgConnection, rule: &ValidRule) -> Result<i64, SaveError> {
+    refuse_shared_keys(conn, &rule.name, rule, None).await?;
     let id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO rules (name, scope, signal, limit_count, window_secs, algorithm, action,
              new_senders_only, enabled)
@@ -272,7 +300,7 @@ pub(super) async fn insert<'e>(
     .bind(rule.action.as_str())
     .bind(rule.new_senders_only)
     .bind(rule.enabled)
-    .fetch_optional(db)
+    .fetch_optional(&mut *conn)
     .await?;
     id.ok_or_else(|| SaveError::NameTaken(rule.name.clone()))
 }
@@ -296,7 +324,7 @@ pub async fn update(
     if version != seen_version {
         return Err(SaveError::Stale);
     }
-    overwrite(&mut *tx, id, rule).await?;
+    overwrite(&mut tx, id, rule).await?;
     let mut saved = rule.clone();
     saved.name = name;
     audit_rule(&mut tx, actor, "rule_update", id, &saved, note).await?;
@@ -305,11 +333,16 @@ pub async fn update(
 }
 
 /// Writes every setting of rule `id` but its name.
-pub(super) async fn overwrite<'e>(
-    db: impl PgExecutor<'e>,
+pub(super) async fn overwrite(
+    conn: &mut PgConnection,
     id: i64,
     rule: &ValidRule,
-) -> Result<(), sqlx::Error> {
+) -> Result<(), SaveError> {
+    let name: Option<String> = sqlx::query_scalar("SELECT name FROM rules WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    refuse_shared_keys(conn, &name.ok_or(SaveError::NotFound)?, rule, Some(id)).await?;
     sqlx::query(
         "UPDATE rules SET scope = $2, signal = $3, limit_count = $4, window_secs = $5,
              algorithm = $6, action = $7, new_senders_only = $8, enabled = $9,
@@ -325,7 +358,7 @@ pub(super) async fn overwrite<'e>(
     .bind(rule.action.as_str())
     .bind(rule.new_senders_only)
     .bind(rule.enabled)
-    .execute(db)
+    .execute(&mut *conn)
     .await?;
     Ok(())
 }

@@ -294,7 +294,7 @@ pub async fn apply(
                 let Some(rule) = wanted.iter().find(|r| &r.name == name) else {
                     continue;
                 };
-                let id = edit::insert(&mut *tx, rule).await?;
+                let id = edit::insert(&mut tx, rule).await?;
                 edit::audit_rule(&mut tx, actor, "rule_create", id, rule, Some("rules apply"))
                     .await?;
             }
@@ -305,7 +305,7 @@ pub async fn apply(
                 ) else {
                     continue;
                 };
-                edit::overwrite(&mut *tx, now.id, rule).await?;
+                edit::overwrite(&mut tx, now.id, rule).await?;
                 edit::audit_rule(
                     &mut tx,
                     actor,

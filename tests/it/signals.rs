@@ -434,6 +434,61 @@ async fn a_backtest_scores_a_rule_against_past_decisions() {
     );
 }
 
+/// A rule whose Redis keys would be another's is refused, created or edited: a key ends in a
+/// code of its rule's name, algorithm and window, and a birthday search finds two names with one
+/// code (about 2^18 names hold such a pair).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_whose_keys_would_be_another_rules_is_refused() {
+    use sendguard::rules::edit::{self, RuleInput, SaveError};
+    let rule = |name: &str, window: &str| {
+        edit::validate(&RuleInput {
+            name: name.into(),
+            scope: "sender".into(),
+            signal: "invites".into(),
+            limit: "60".into(),
+            window: window.into(),
+            algorithm: "hash_counters".into(),
+            action: "shadow_ban".into(),
+            new_senders_only: false,
+            enabled: true,
+        })
+        .expect("a valid rule")
+    };
+    let hourly = rule("probe", "1h").quota;
+    let mut seen = std::collections::HashMap::new();
+    let (first, second) = (0..4_000_000u32)
+        .find_map(|n| {
+            let name = format!("k{n}");
+            let code = sendguard::limiter::rule_code(&name, &hourly);
+            seen.insert(code, name.clone())
+                .map(|earlier| (earlier, name))
+        })
+        .expect("two names with one code");
+    let (_db, pool) = crate::support::app::migrated("sharedkeys", &[]).await;
+    edit::create(&pool, &rule(&first, "1h"), "alice", None)
+        .await
+        .expect("the first is created");
+    let refused = edit::create(&pool, &rule(&second, "1h"), "alice", None).await;
+    assert!(
+        matches!(&refused, Err(SaveError::SharedKeys { other, .. }) if *other == first),
+        "{refused:?}"
+    );
+    // With another window the code differs: created; edited to the first's window: refused.
+    let id = edit::create(&pool, &rule(&second, "2h"), "alice", None)
+        .await
+        .expect("another window, another code");
+    let version: i64 = sqlx::query_scalar("SELECT version FROM rules WHERE id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .expect("its version");
+    let edited = edit::update(&pool, id, version, &rule(&second, "1h"), "alice", None).await;
+    assert!(
+        matches!(&edited, Err(SaveError::SharedKeys { .. })),
+        "{edited:?}"
+    );
+}
+
 /// `sendguard rules export` then `apply` changes nothing; a file with one bad rule changes
 /// nothing either and names the rule and the key; a good change is applied and audited under
 /// the operator's name.
