@@ -58,21 +58,25 @@ impl Scope {
     /// The subject a rule of this scope counts an invite under, if the rule applies to it:
     /// `kind:value`, or the kind alone for the one global count.
     pub fn subject(self, of: &Subjects<'_>) -> Option<String> {
-        let kind = self.subject_kind();
         match self {
             Scope::Sender => Some(sender_subject(of.sender)),
-            Scope::Ip => of.sender_ip.map(|ip| format!("{kind}:{ip}")),
-            Scope::Recipient => Some(format!("{kind}:{}", of.recipient)),
-            Scope::RecipientDomain => Some(format!("{kind}:{}", of.recipient_domain)),
-            Scope::Global => Some(kind.to_owned()),
+            Scope::Ip => of.sender_ip.map(|ip| self.subject_of(ip)),
+            Scope::Recipient => Some(self.subject_of(of.recipient)),
+            Scope::RecipientDomain => Some(self.subject_of(of.recipient_domain)),
+            Scope::Global => Some(self.subject_kind().to_owned()),
         }
+    }
+
+    /// The subject of one value of this scope, `kind:value` (the global count has no value).
+    pub fn subject_of(self, value: &str) -> String {
+        format!("{}:{value}", self.subject_kind())
     }
 
     /// A glob of every subject of this scope (for `SCAN MATCH`).
     pub fn any_subject(self) -> String {
         match self {
             Scope::Global => self.subject_kind().to_owned(),
-            _ => format!("{}:*", self.subject_kind()),
+            _ => self.subject_of("*"),
         }
     }
 
