@@ -44,7 +44,7 @@ impl KeyPrefix {
             }
         }
         name.push_str("}:");
-        name.push_str(&rule_code(rule, quota));
+        push_rule_code(&mut name, rule, quota);
         LimitKey(name)
     }
 }
@@ -57,28 +57,44 @@ const CODE_LEN: usize = 6;
 /// (about one deployment in 10^8 with 30 rules), which saving a rule refuses. Every instance and
 /// every version must compute the same code, or counters start afresh: the tests pin it.
 pub fn rule_code(rule: &str, quota: &Quota) -> String {
+    let mut code = String::with_capacity(CODE_LEN);
+    push_rule_code(&mut code, rule, quota);
+    code
+}
+
+/// Appends [`rule_code`] to `out` without allocating: every invite builds a key per rule.
+fn push_rule_code(out: &mut String, rule: &str, quota: &Quota) {
     const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    let window = quota.window_ms.to_string();
-    let parts = [
-        rule.as_bytes(),
-        quota.algorithm.key_code().as_bytes(),
-        window.as_bytes(),
-    ];
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for (n, part) in parts.iter().enumerate() {
-        // A separator no rule name holds, so that no two triples hash the same bytes.
-        let separator: &[u8] = if n == 0 { b"" } else { b"\0" };
-        for &byte in separator.iter().chain(part.iter()) {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hash = Fnv1a(0xcbf2_9ce4_8422_2325);
+    // NUL separates the parts: no rule name holds one, so no two triples hash the same bytes.
+    hash.add(rule.as_bytes());
+    hash.add(b"\0");
+    hash.add(quota.algorithm.key_code().as_bytes());
+    hash.add(b"\0");
+    let _ = write!(hash, "{}", quota.window_ms);
+    let mut hash = hash.0;
+    for _ in 0..CODE_LEN {
+        out.push(char::from(DIGITS[(hash % 62) as usize]));
+        hash /= 62;
+    }
+}
+
+/// FNV-1a, 64 bits; `write!` feeds it a number's digits without a string.
+struct Fnv1a(u64);
+
+impl Fnv1a {
+    fn add(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-    (0..CODE_LEN)
-        .map(|_| {
-            let digit = DIGITS[(hash % 62) as usize];
-            hash /= 62;
-            char::from(digit)
-        })
-        .collect()
+}
+
+impl Write for Fnv1a {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.add(s.as_bytes());
+        Ok(())
+    }
 }
 
 impl Default for KeyPrefix {
