@@ -1,5 +1,5 @@
 //! Who a sender is: the account `id` the calling app names, within that app. Two apps' `u_123`
-//! are two senders (DESIGN.md §2); every row, key, cache entry and page names both.
+//! are two senders (docs/DESIGN.md §2); every row, key, cache entry and page names both.
 
 use std::fmt;
 

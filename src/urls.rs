@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use url::{Host, Url};
 
-/// The longest link an invite may carry (DESIGN.md §4).
+/// The longest link an invite may carry (docs/DESIGN.md §4).
 pub const MAX_LINK: usize = 2048;
 
 /// `s` as one URL component (a path segment or a query value): every byte but letters, digits

@@ -41,7 +41,7 @@ pub enum AccountError {
     Db(#[from] sqlx::Error),
 }
 
-/// What an admin may do (DESIGN.md §2).
+/// What an admin may do (docs/DESIGN.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// Everything.

@@ -1,4 +1,4 @@
-//! Apps: the products that call sendguard (DESIGN.md §2). Each API key belongs to one app, and
+//! Apps: the products that call sendguard (docs/DESIGN.md §2). Each API key belongs to one app, and
 //! an app has its own senders, the hosts its invitation links may point to, a link template,
 //! its email branding and its webhook. Every instance keeps all apps in memory (a handful of
 //! rows), reloaded when the table changes.

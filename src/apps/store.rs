@@ -17,7 +17,7 @@ pub async fn all(pool: &PgPool) -> Result<Vec<App>, sqlx::Error> {
         .await
 }
 
-/// A new webhook URL must be https and reach a public address (DESIGN.md §4).
+/// A new webhook URL must be https and reach a public address (docs/DESIGN.md §4).
 async fn checked(values: &AppValues, allow_private: bool) -> Result<(), AppError> {
     if let Some(url) = &values.webhook_url {
         webhooks::check_url(url, allow_private)

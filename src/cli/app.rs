@@ -1,4 +1,4 @@
-//! `sendguard app create|update|list`: the products that call sendguard (DESIGN.md §4).
+//! `sendguard app create|update|list`: the products that call sendguard (docs/DESIGN.md §4).
 
 use clap::{Args, Subcommand};
 use sendguard::apps::{self, AppChanges};

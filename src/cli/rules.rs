@@ -1,4 +1,4 @@
-//! `sendguard rules export|apply`: rules as code (DESIGN.md §4).
+//! `sendguard rules export|apply`: rules as code (docs/DESIGN.md §4).
 
 use std::path::PathBuf;
 

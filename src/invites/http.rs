@@ -18,7 +18,7 @@ use super::{InvalidBody, InviteError, InviteService, Outcome, Submission};
 use crate::apps::AppCache;
 use crate::http::{ApiError, ApiKey, Problem, RateLimited, RetryAfter, require_json};
 
-/// Largest accepted body (DESIGN.md §4), enforced by `http::read_body`.
+/// Largest accepted body (docs/DESIGN.md §4), enforced by `http::read_body`.
 pub const MAX_BODY: usize = 16 * 1024;
 /// Longest Idempotency-Key, in bytes.
 const IDEMPOTENCY_KEY_MAX: usize = 255;

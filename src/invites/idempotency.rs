@@ -1,4 +1,4 @@
-//! `Idempotency-Key` (DESIGN.md §4): the same key of one API key with the same body answers the
+//! `Idempotency-Key` (docs/DESIGN.md §4): the same key of one API key with the same body answers the
 //! first id and never sends twice; with another body it is refused. The key and a hash of the
 //! body are stored in `idempotency_keys` (apart from the invites, whose table is partitioned by
 //! time and so cannot hold a key unique across all time), in the invite's statement, so two

@@ -1,4 +1,4 @@
-//! The send-invite flow (DESIGN.md §3a): sender state, rules, one write, an answer only after
+//! The send-invite flow (docs/DESIGN.md §3a): sender state, rules, one write, an answer only after
 //! the commit. Mail goes out later, from the outbox.
 //!
 //! This file holds the flow itself and the rule check; the verdict is [`policy`] (pure), the
@@ -228,7 +228,7 @@ impl InviteService {
             standing = moderation::stored_standing(&self.pool, &sender).await?;
             // Only a lift turns a ban into `active`, and it cleared the sender's counters
             // before it committed: answers taken before it would flag the sender again for the
-            // breach just lifted (DESIGN.md §3b), so the invite counts afresh in the cleared
+            // breach just lifted (docs/DESIGN.md §3b), so the invite counts afresh in the cleared
             // counters (and once more in those the lift left as they were).
             if assumed.holds_invites() && standing.state == SenderState::Active {
                 answers = None;

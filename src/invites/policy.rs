@@ -1,4 +1,4 @@
-//! The decision policy (DESIGN.md §3a): what the checked rules make of one invite. Pure: no
+//! The decision policy (docs/DESIGN.md §3a): what the checked rules make of one invite. Pure: no
 //! I/O, so every verdict is tested below.
 
 use std::sync::Arc;

@@ -25,7 +25,7 @@ pub use keys::{KeyPrefix, LimitKey, rule_code};
 pub use memory::MemoryStore;
 pub use redis_store::{RedisSettings, RedisStore};
 
-/// Sub-windows per window for `hash_counters` (DESIGN.md §3).
+/// Sub-windows per window for `hash_counters` (docs/DESIGN.md §3).
 pub const SUB_WINDOWS: u64 = 60;
 
 /// How `hash_counters` treats the oldest sub-window, the one the window's edge cuts through.

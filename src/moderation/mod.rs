@@ -205,7 +205,7 @@ pub async fn banned_near(
     .await
 }
 
-/// A sender's standing (DESIGN.md §2).
+/// A sender's standing (docs/DESIGN.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SenderState {
     Active,

@@ -1,4 +1,4 @@
-//! Review actions on a sender (DESIGN.md §3b): each carries the version of the sender the admin
+//! Review actions on a sender (docs/DESIGN.md §3b): each carries the version of the sender the admin
 //! saw and is refused when the sender changed since; each is written to the audit log.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,4 @@
-//! `POST /api/v1/events`: the calling app reports what happened to an invite (DESIGN.md §4).
+//! `POST /api/v1/events`: the calling app reports what happened to an invite (docs/DESIGN.md §4).
 
 use axum::Json;
 use axum::body::Bytes;

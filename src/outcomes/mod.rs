@@ -1,4 +1,4 @@
-//! What happened to a delivered invite, reported later (DESIGN.md §2, §4): a bounce, a
+//! What happened to a delivered invite, reported later (docs/DESIGN.md §2, §4): a bounce, a
 //! complaint, or the recipient accepting. Each is recorded once per invite and type, and
 //! counted against the sender of the invite, at the time it arrives, by every rule of its
 //! signal; a rule it exceeds flags (and for `shadow_ban`, bans) that sender at once, so the
@@ -259,7 +259,7 @@ impl Outcomes {
 
     /// Counts one occurrence of `signal` for every enabled rule of it, and flags the sender
     /// for the strongest flagging rule it now exceeds, unless it is evidence a lift already
-    /// set aside (DESIGN.md §3b): a lift came while Redis counted (it clears the counts this
+    /// set aside (docs/DESIGN.md §3b): a lift came while Redis counted (it clears the counts this
     /// one was added to), or the outcome arrived before the last lift (counted late, at
     /// `at`).
     async fn count(
@@ -330,7 +330,7 @@ impl Outcomes {
         .bind(&sender.id)
         .fetch_optional(&mut *tx)
         .await?;
-        // Rules do not apply to a trusted sender (DESIGN.md §2).
+        // Rules do not apply to a trusted sender (docs/DESIGN.md §2).
         let Some((state, lifted_at)) = now else {
             return Ok(());
         };

@@ -1,4 +1,4 @@
-//! What a recipient can do from an email without an account (DESIGN.md §4): stop an app's
+//! What a recipient can do from an email without an account (docs/DESIGN.md §4): stop an app's
 //! invitations (one-click unsubscribe, RFC 8058) and report an invitation as abuse. Both links
 //! are signed per invite with a key every instance shares, so they need no login and cannot be
 //! forged for another invite; the suppression list they feed is per app.

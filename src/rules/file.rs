@@ -1,4 +1,4 @@
-//! Rules as code (DESIGN.md §4): every rule as TOML, and a file applied all or nothing. A file
+//! Rules as code (docs/DESIGN.md §4): every rule as TOML, and a file applied all or nothing. A file
 //! is validated whole (each error names the rule and the key), compared with the rules in
 //! force, and applied in one transaction, audited under the operator's name; every instance
 //! picks the change up within a second (the rules' NOTIFY and reload).

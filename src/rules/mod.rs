@@ -105,7 +105,7 @@ impl FromStr for Scope {
 }
 
 /// What happens when a rule is exceeded, weakest first: the strongest breached action wins
-/// (DESIGN.md §2: shadow_ban > reject > hold > suppress > monitor).
+/// (docs/DESIGN.md §2: shadow_ban > reject > hold > suppress > monitor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Action {
     Monitor,
@@ -147,7 +147,7 @@ impl Action {
     }
 }
 
-/// What a rule counts (DESIGN.md §2).
+/// What a rule counts (docs/DESIGN.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Signal {
     /// Each invite.
@@ -227,7 +227,7 @@ pub struct Rule {
     pub algorithm: Algorithm,
     pub quota: Quota,
     pub action: Action,
-    /// Applies only to new senders (DESIGN.md §2).
+    /// Applies only to new senders (docs/DESIGN.md §2).
     pub new_senders_only: bool,
     pub enabled: bool,
     pub version: i64,

@@ -1,4 +1,4 @@
-//! What an invite is made of for the rules beyond its volume (DESIGN.md §3c): links in its
+//! What an invite is made of for the rules beyond its volume (docs/DESIGN.md §3c): links in its
 //! text and the members distinct counts count. Pure functions: the rules and the invite path
 //! use them, and they use nothing of the service.
 

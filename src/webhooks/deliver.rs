@@ -23,7 +23,7 @@ use super::WebhookError;
 use super::attempt::{ATTEMPT_TIMEOUT, Outcome, attempt, client};
 
 /// Longest wait between two attempts. A failing event is retried at this pace for as long as
-/// its receiver is down: it is never given up by age (DESIGN.md §4), only when its app no
+/// its receiver is down: it is never given up by age (docs/DESIGN.md §4), only when its app no
 /// longer has a webhook.
 const MAX_DELAY: Duration = Duration::from_secs(4 * 3600);
 

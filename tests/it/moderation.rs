@@ -261,7 +261,7 @@ async fn trusted_senders_skip_the_rules_and_manual_bans_hold() {
 /// An invite counted before a lift and written after it (its write waited, assuming the ban)
 /// is not a new breach: the lift cleared the sender's counters, so the invite is counted
 /// afresh in them instead of flagging the sender again, as a repeat offender, from the count
-/// the admin just lifted (DESIGN.md §3b).
+/// the admin just lifted (docs/DESIGN.md §3b).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_counted_before_a_lift_does_not_flag_the_sender_again() {
     let stage = Stage::new("liftinflight").await;

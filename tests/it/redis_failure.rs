@@ -442,7 +442,7 @@ async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
 }
 
 /// A complaint kept during an outage and counted after a lift is evidence the admin already
-/// set aside: the sender is not banned again for it (DESIGN.md §3b).
+/// set aside: the sender is not banned again for it (docs/DESIGN.md §3b).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
     let (mut redis, stage, api) = on_own_redis(

@@ -693,7 +693,7 @@ async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
 
 /// A complaint counted just before a lift is no new breach: the decision about the sender came
 /// while Redis counted (and a lift clears the counts it was added to), so it flags nothing, and
-/// the sender is not banned again as a repeat offender (DESIGN.md §3b).
+/// the sender is not banned again as a repeat offender (docs/DESIGN.md §3b).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
     let stage = Stage::start(

@@ -372,7 +372,7 @@ async fn the_secret_and_url_are_read_at_delivery_time() {
     assert_eq!(receiver.requests(), 2);
 }
 
-/// A receiver down for days loses nothing (DESIGN.md §4): an event three days old that failed
+/// A receiver down for days loses nothing (docs/DESIGN.md §4): an event three days old that failed
 /// twenty times is tried again, at most four hours later, and delivered once the receiver
 /// answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! The request body of `POST /api/v1/invites`, checked field by field (DESIGN.md §4).
+//! The request body of `POST /api/v1/invites`, checked field by field (docs/DESIGN.md §4).
 
 use std::net::IpAddr;
 use std::str::FromStr;
