@@ -27,7 +27,8 @@ use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::{DependencyError, Metrics};
 use crate::moderation::{self, SenderState, SenderStates, Standing};
-use crate::rules::{RuleCache, Scope, Signal, Subjects};
+use crate::rules::contribution::InviteFacts;
+use crate::rules::{Rule, RuleCache, Scope, Signal, Subjects};
 use crate::sender::SenderKey;
 use crate::signals;
 use idempotency::Earlier;
@@ -341,8 +342,8 @@ impl InviteService {
     }
 
     /// Every enabled rule that applies, in one pipeline: all keys of a subject share a hash tag.
-    /// Each rule counts its signal: the invite, its links, its recipient or domain among the
-    /// distinct ones; outcome signals are only read here (they are counted as they arrive).
+    /// What the invite adds to each rule is [`Counting::of`]; a rule that only reads its count
+    /// (outcome signals, a `links` rule on an invite without links) never acts on it.
     async fn check_rules(
         &self,
         invite: &ValidInvite,
@@ -350,54 +351,45 @@ impl InviteService {
         at_ms: Option<u64>,
         facts: Facts,
     ) -> Result<Vec<Checked>, InviteError> {
-        let mut rules = Vec::new();
-        let mut keys: Vec<LimitKey> = Vec::new();
         let ip = invite.sender_ip.map(|ip| ip.to_string());
-        let of = Subjects {
-            sender,
-            sender_ip: ip.as_deref(),
-            recipient: &invite.recipient,
-            recipient_domain: &invite.recipient_domain,
+        let seen = InviteFacts {
+            of: Subjects {
+                sender,
+                sender_ip: ip.as_deref(),
+                recipient: &invite.recipient,
+                recipient_domain: &invite.recipient_domain,
+            },
+            has_links: facts.has_links,
+            new_sender: facts.new_sender,
         };
-        for rule in self.rules.enabled() {
-            if rule.new_senders_only && !facts.new_sender {
-                continue;
-            }
-            if let Some(subject) = rule.scope.subject(&of) {
-                keys.push(self.keys.key(&subject, &rule.name, &rule.quota));
-                rules.push(rule);
-            }
-        }
-        // Global invite counts are kept in process (see `global`) unless the invite is a replay.
-        let local: Vec<bool> = rules
-            .iter()
-            .map(|r| {
-                r.scope == Scope::Global
-                    && r.signal == Signal::Invites
+        let planned: Vec<Planned> = self
+            .rules
+            .enabled()
+            .into_iter()
+            .filter_map(|rule| {
+                let adds = rule.counting().of(&seen, &self.members)?;
+                // Global invite counts are kept in process (see `global`) unless the invite
+                // is a replay.
+                let local = rule.scope == Scope::Global
+                    && rule.signal == Signal::Invites
                     && at_ms.is_none()
-                    && self.global.is_some()
+                    && self.global.is_some();
+                let key = self.keys.key(&adds.subject, &rule.name, &rule.quota);
+                Some(Planned {
+                    rule,
+                    key,
+                    cost: adds.cost,
+                    member: adds.member,
+                    local,
+                })
             })
             .collect();
-        // What this invite adds to each rule's count, and the member a distinct count counts.
-        let adds: Vec<(u64, Option<u32>)> = rules
+        let checks: Vec<Check<'_>> = planned
             .iter()
-            .map(|rule| match rule.signal {
-                Signal::Invites => (1, None),
-                Signal::Links => (u64::from(facts.has_links), None),
-                Signal::DistinctRecipients => (1, Some(self.members.member(&invite.recipient))),
-                Signal::DistinctDomains => (1, Some(self.members.member(&invite.recipient_domain))),
-                Signal::Bounces | Signal::Complaints => (0, None),
-            })
-            .collect();
-        let checks: Vec<Check<'_>> = rules
-            .iter()
-            .zip(&keys)
-            .zip(&local)
-            .zip(&adds)
-            .filter(|((_, local), _)| !**local)
-            .map(|(((rule, key), _), &(cost, member))| Check {
-                member,
-                ..Check::new(key, &rule.quota, cost)
+            .filter(|p| !p.local)
+            .map(|p| Check {
+                member: p.member,
+                ..Check::new(&p.key, &p.rule.quota, p.cost)
             })
             .collect();
         let started = std::time::Instant::now();
@@ -408,31 +400,39 @@ impl InviteService {
                 return Err(e.into());
             }
         };
-        let mut decisions = Vec::with_capacity(rules.len());
-        for (((rule, key), local), &(cost, _)) in rules.iter().zip(&keys).zip(local).zip(&adds) {
-            let mut decision = match (&self.global, local) {
-                (Some(global), true) => global.count(key, &rule.quota),
+        let mut checked = Vec::with_capacity(planned.len());
+        for p in planned {
+            let mut decision = match (&self.global, p.local) {
+                (Some(global), true) => global.count(&p.key, &p.rule.quota),
                 _ => remote
                     .next()
                     .ok_or_else(|| LimiterError::BadReply("too few decisions".into()))?,
             };
-            // A rule acts on the invites that add to its count: an invite without links, or
-            // the outcomes counted as they arrive, are only read here.
-            if cost == 0 {
+            // A rule acts on the invites that add to its count.
+            if p.cost == 0 {
                 decision.allowed = true;
             }
-            decisions.push(decision);
+            checked.push(Checked {
+                rule: p.rule,
+                decision,
+            });
         }
         self.metrics.redis_latency(started.elapsed());
         self.redis.recovered();
-        for (rule, d) in rules.iter().zip(&decisions) {
+        for c in &checked {
             self.metrics
-                .decision(&rule.name, rule.action.as_str(), d.allowed);
+                .decision(&c.rule.name, c.rule.action.as_str(), c.decision.allowed);
         }
-        Ok(rules
-            .into_iter()
-            .zip(decisions)
-            .map(|(rule, decision)| Checked { rule, decision })
-            .collect())
+        Ok(checked)
     }
+}
+
+/// One rule an invite is checked against: its key and what the invite adds to it.
+struct Planned {
+    rule: Arc<Rule>,
+    key: LimitKey,
+    cost: u64,
+    member: Option<u32>,
+    /// Counted in process (a global invite count), not in Redis.
+    local: bool,
 }

@@ -15,6 +15,7 @@ use crate::cache::TtlCache;
 use crate::db::KeptConnections;
 use crate::metrics::Metrics;
 use crate::rules::Signal;
+use crate::rules::contribution::is_new;
 use crate::sender::SenderKey;
 use crate::webhooks::{self, EventType};
 
@@ -41,19 +42,15 @@ impl Standing {
         linked_to: None,
     };
 
-    /// A sender is new while younger than `days` and with fewer than [`NEW_UNTIL_ACCEPTED`]
-    /// accepted invites: spammers' invites are rarely accepted. `created` is the app's word for
-    /// when the account was made, when it gave one.
+    /// Whether the sender counts as new at `now` (see [`is_new`]). `created` is the app's word
+    /// for when the account was made, when it gave one.
     pub fn is_new(
         &self,
         created: Option<chrono::DateTime<chrono::Utc>>,
         days: i64,
         now: chrono::DateTime<chrono::Utc>,
     ) -> bool {
-        let age = created
-            .or(self.since)
-            .map_or(chrono::Duration::zero(), |since| now - since);
-        age < chrono::Duration::days(days) && self.accepted < NEW_UNTIL_ACCEPTED
+        is_new(created.or(self.since), self.accepted, days, now)
     }
 
     /// Whether the sender has never been seen.
@@ -61,9 +58,6 @@ impl Standing {
         self.since.is_none()
     }
 }
-
-/// Accepted invites after which a sender is no longer new, whatever their age.
-pub const NEW_UNTIL_ACCEPTED: i64 = 5;
 
 #[derive(sqlx::FromRow)]
 struct StandingRow {

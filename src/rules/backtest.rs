@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use sqlx::PgPool;
 
+use super::contribution::{InviteFacts, is_new};
 use super::edit::ValidRule;
 use super::{Scope, Signal, Subjects};
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
@@ -21,7 +22,7 @@ const BACKTEST_MAX: i64 = 200_000;
 
 /// The last 24 hours of invites that a backtest replays, newest first.
 pub const BACKTEST_INVITES: &str =
-    "SELECT app_id, sender_id, sender_ip, recipient, recipient_domain,
+    "SELECT id, app_id, sender_id, sender_ip, recipient, recipient_domain,
          resource, message, sender_name, created_at FROM invites
      WHERE created_at > now() - interval '24 hours'
      ORDER BY created_at DESC LIMIT $1";
@@ -75,6 +76,7 @@ pub struct ScoreRow {
 /// A recorded invite as a backtest replays it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Replayed {
+    pub id: uuid::Uuid,
     pub app_id: i64,
     pub sender_id: String,
     pub sender_ip: Option<String>,
@@ -95,32 +97,21 @@ impl Replayed {
         ])
     }
 
-    /// What the invite adds to a rule of `signal`, and the member a distinct count counts.
-    fn cost(&self, signal: Signal) -> (u64, Option<u32>) {
-        match signal {
-            Signal::Invites => (1, None),
-            Signal::Links => (u64::from(self.has_links()), None),
-            Signal::DistinctRecipients => {
-                (1, Some(signals::offline_members().member(&self.recipient)))
-            }
-            Signal::DistinctDomains => (
-                1,
-                Some(signals::offline_members().member(&self.recipient_domain)),
-            ),
-            Signal::Bounces | Signal::Complaints => (0, None),
-        }
-    }
-
     fn sender(&self) -> SenderKey {
         SenderKey::new(self.app_id, self.sender_id.as_str())
     }
 
-    fn subjects<'a>(&'a self, sender: &'a SenderKey) -> Subjects<'a> {
-        Subjects {
-            sender,
-            sender_ip: self.sender_ip.as_deref(),
-            recipient: &self.recipient,
-            recipient_domain: &self.recipient_domain,
+    /// What the rules see of the invite, from a sender who is new or not.
+    fn facts<'a>(&'a self, sender: &'a SenderKey, new_sender: bool) -> InviteFacts<'a> {
+        InviteFacts {
+            of: Subjects {
+                sender,
+                sender_ip: self.sender_ip.as_deref(),
+                recipient: &self.recipient,
+                recipient_domain: &self.recipient_domain,
+            },
+            has_links: self.has_links(),
+            new_sender,
         }
     }
 }
@@ -145,13 +136,44 @@ fn outcome_of(signal: Signal) -> Option<&'static str> {
     }
 }
 
+/// What a rule would have told one recorded invite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub invite: uuid::Uuid,
+    pub subject: String,
+    /// The rule's count after the invite.
+    pub count: u64,
+    /// The rule would have acted on the invite.
+    pub exceeded: bool,
+}
+
+/// The last 24 hours replayed through one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// One per invite the rule applies to, in time order.
+    pub verdicts: Vec<Verdict>,
+    /// Invites replayed.
+    pub invites: usize,
+    pub truncated: bool,
+}
+
+/// One event a rule counts, in time order: an invite, or an outcome for an outcome signal.
+struct Event {
+    at: Time,
+    subject: String,
+    cost: u64,
+    member: Option<u32>,
+    /// The invite, when the event is one (outcomes only add to the count).
+    invite: Option<uuid::Uuid>,
+}
+
 /// Replays the last 24 hours through `rule` in the in-process limiter, with their own
-/// timestamps, and scores a rule on senders against past decisions.
-pub async fn backtest(
+/// timestamps: what the rule would have told each invite.
+pub async fn replay(
     pool: &PgPool,
     rule: &ValidRule,
     new_sender_days: i64,
-) -> Result<Backtest, sqlx::Error> {
+) -> Result<Replay, sqlx::Error> {
     let mut rows: Vec<Replayed> = sqlx::query_as(BACKTEST_INVITES)
         .bind(BACKTEST_MAX + 1)
         .fetch_all(pool)
@@ -159,25 +181,24 @@ pub async fn backtest(
     let truncated = rows.len() as i64 > BACKTEST_MAX;
     rows.truncate(BACKTEST_MAX as usize);
     rows.reverse();
-    let since = sender_since(pool, rows.iter().map(Replayed::sender)).await?;
-    let is_new = |sender: &SenderKey, at: Time| {
-        since
-            .get(sender)
-            .is_none_or(|s| (at - *s).num_days() < new_sender_days)
-    };
+    let newness = Newness::load(pool, rows.iter().map(Replayed::sender), new_sender_days).await?;
+    let counting = rule.counting();
+    let members = signals::offline_members();
 
-    // Every event the rule counts, in time order: invites, and outcomes for outcome signals.
-    let mut events: Vec<(Time, String, u64, Option<u32>, bool)> = Vec::new();
+    let mut events: Vec<Event> = Vec::new();
     for r in &rows {
         let sender = r.sender();
-        if rule.new_senders_only && !is_new(&sender, r.created_at) {
-            continue;
-        }
-        let Some(subject) = rule.scope.subject(&r.subjects(&sender)) else {
+        let facts = r.facts(&sender, newness.is_new(&sender, r.created_at));
+        let Some(adds) = counting.of(&facts, members) else {
             continue;
         };
-        let (cost, member) = r.cost(rule.signal);
-        events.push((r.created_at, subject, cost, member, true));
+        events.push(Event {
+            at: r.created_at,
+            subject: adds.subject,
+            cost: adds.cost,
+            member: adds.member,
+            invite: Some(r.id),
+        });
     }
     if let Some(kind) = outcome_of(rule.signal) {
         let outcomes: Vec<RecordedOutcome> = sqlx::query_as(BACKTEST_OUTCOMES)
@@ -193,39 +214,68 @@ pub async fn backtest(
                 recipient_domain: &o.recipient_domain,
             };
             if let Some(subject) = rule.scope.subject(&of) {
-                events.push((o.at, subject, 1, None, false));
+                events.push(Event {
+                    at: o.at,
+                    subject,
+                    cost: 1,
+                    member: None,
+                    invite: None,
+                });
             }
         }
     }
-    events.sort_by_key(|e| e.0);
+    events.sort_by_key(|e| e.at);
 
     let store = MemoryStore::new();
     let keys = KeyPrefix::default();
-    let mut tripped = HashSet::new();
-    let mut over = 0;
-    for (at, subject, cost, member, is_invite) in &events {
-        let key = keys.key(subject, &rule.name, &rule.quota);
+    let mut verdicts = Vec::new();
+    for event in events {
+        let key = keys.key(&event.subject, &rule.name, &rule.quota);
         let check = Check {
-            member: *member,
-            ..Check::new(&key, &rule.quota, *cost)
+            member: event.member,
+            ..Check::new(&key, &rule.quota, event.cost)
         };
-        let decision = store.check_batch(&[check], Some(at.timestamp_millis().max(0) as u64));
-        // A rule acts on the invites that add to its count; the others only read it.
-        if *is_invite && *cost > 0 && decision.iter().any(|d| !d.allowed) {
-            over += 1;
-            tripped.insert(subject.clone());
+        let at_ms = event.at.timestamp_millis().max(0) as u64;
+        let Some(decision) = store.check_batch(&[check], Some(at_ms)).pop() else {
+            continue;
+        };
+        if let Some(invite) = event.invite {
+            // A rule acts on the invites that add to its count; the others only read it.
+            verdicts.push(Verdict {
+                invite,
+                subject: event.subject,
+                count: decision.count,
+                exceeded: event.cost > 0 && !decision.allowed,
+            });
         }
     }
+    Ok(Replay {
+        verdicts,
+        invites: rows.len(),
+        truncated,
+    })
+}
+
+/// Replays the last 24 hours through `rule` (see [`replay`]), and scores a rule on senders
+/// against past decisions.
+pub async fn backtest(
+    pool: &PgPool,
+    rule: &ValidRule,
+    new_sender_days: i64,
+) -> Result<Backtest, sqlx::Error> {
+    let replay = replay(pool, rule, new_sender_days).await?;
+    let over: Vec<&Verdict> = replay.verdicts.iter().filter(|v| v.exceeded).collect();
+    let tripped: HashSet<&str> = over.iter().map(|v| v.subject.as_str()).collect();
     let score = if rule.scope == Scope::Sender {
         Some(score(pool, rule, new_sender_days).await?)
     } else {
         None
     };
     Ok(Backtest {
-        invites: rows.len(),
+        invites: replay.invites,
         tripped: tripped.len(),
-        over,
-        truncated,
+        over: over.len(),
+        truncated: replay.truncated,
         score,
     })
 }
@@ -235,26 +285,73 @@ fn arrays<'a>(senders: impl Iterator<Item = &'a SenderKey>) -> (Vec<i64>, Vec<&'
     senders.map(|s| (s.app_id, s.id.as_str())).unzip()
 }
 
-/// When each sender started: as the app said, else when first seen.
-async fn sender_since(
-    pool: &PgPool,
-    senders: impl Iterator<Item = SenderKey>,
-) -> Result<HashMap<SenderKey, Time>, sqlx::Error> {
-    let unique: HashSet<SenderKey> = senders.collect();
-    let (apps, ids) = arrays(unique.iter());
-    let rows: Vec<(i64, String, Time)> = sqlx::query_as(
-        "SELECT s.app_id, s.id, COALESCE(s.created_in_app_at, s.first_seen_at) FROM senders s
-         JOIN unnest($1::bigint[], $2::text[]) AS w (app_id, id)
-             ON s.app_id = w.app_id AND s.id = w.id",
-    )
-    .bind(&apps)
-    .bind(&ids)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(app, id, since)| (SenderKey::new(app, id), since))
-        .collect())
+/// What decides whether the replayed senders were new at each moment: when each started (as
+/// the app said, else when first seen) and when their invites were accepted.
+struct Newness {
+    since: HashMap<SenderKey, Time>,
+    /// Each sender's acceptances, oldest first.
+    accepted: HashMap<SenderKey, Vec<Time>>,
+    days: i64,
+}
+
+impl Newness {
+    async fn load(
+        pool: &PgPool,
+        senders: impl Iterator<Item = SenderKey>,
+        days: i64,
+    ) -> Result<Newness, sqlx::Error> {
+        let unique: HashSet<SenderKey> = senders.collect();
+        let (apps, ids) = arrays(unique.iter());
+        let rows: Vec<(i64, String, Time)> = sqlx::query_as(
+            "SELECT s.app_id, s.id, COALESCE(s.created_in_app_at, s.first_seen_at) FROM senders s
+             JOIN unnest($1::bigint[], $2::text[]) AS w (app_id, id)
+                 ON s.app_id = w.app_id AND s.id = w.id",
+        )
+        .bind(&apps)
+        .bind(&ids)
+        .fetch_all(pool)
+        .await?;
+        let since = rows
+            .into_iter()
+            .map(|(app, id, since)| (SenderKey::new(app, id), since))
+            .collect();
+        let rows: Vec<(i64, String, Time)> = sqlx::query_as(
+            "SELECT o.app_id, o.sender_id, o.at
+             FROM unnest($1::bigint[], $2::text[]) AS w (app_id, id)
+             JOIN outcomes o ON o.app_id = w.app_id AND o.sender_id = w.id
+             WHERE o.type = 'accepted' ORDER BY o.at",
+        )
+        .bind(&apps)
+        .bind(&ids)
+        .fetch_all(pool)
+        .await?;
+        let mut accepted: HashMap<SenderKey, Vec<Time>> = HashMap::new();
+        for (app, id, at) in rows {
+            accepted
+                .entry(SenderKey::new(app, id))
+                .or_default()
+                .push(at);
+        }
+        Ok(Newness {
+            since,
+            accepted,
+            days,
+        })
+    }
+
+    /// Whether `sender` counted as new at `at`, as the live decision saw it then.
+    fn is_new(&self, sender: &SenderKey, at: Time) -> bool {
+        let accepted = self
+            .accepted
+            .get(sender)
+            .map_or(0, |times| times.partition_point(|t| *t < at));
+        is_new(
+            self.since.get(sender).copied(),
+            accepted as i64,
+            self.days,
+            at,
+        )
+    }
 }
 
 /// The rule's count at each of a sender's invites, in order: what it would have been told.
@@ -269,8 +366,15 @@ pub fn counts_at_invites(
     // Every counted event (time, member): invites by the rule's signal, or outcomes.
     let mut timeline: Vec<(Time, Option<u32>, bool, bool)> = Vec::new();
     let outcome = rule.signal.is_outcome();
+    let counting = rule.counting();
+    let members = signals::offline_members();
     for r in invites {
-        let (cost, member) = r.cost(rule.signal);
+        let sender = r.sender();
+        // The caller has kept only the invites the rule applies to.
+        let facts = r.facts(&sender, true);
+        let (cost, member) = counting
+            .of(&facts, members)
+            .map_or((0, None), |adds| (adds.cost, adds.member));
         // An invite is always on the timeline, counted when it costs; the rule acts on it when
         // it costs, or when the rule counts outcomes.
         let counted = member.or(Some(0)).filter(|_| cost > 0);
@@ -329,7 +433,7 @@ async fn score(
     }
     let (apps, ids) = arrays(latest.keys());
     let invites: Vec<Replayed> = sqlx::query_as(
-        "SELECT i.app_id, i.sender_id, i.sender_ip, i.recipient, i.recipient_domain, i.resource,
+        "SELECT i.id, i.app_id, i.sender_id, i.sender_ip, i.recipient, i.recipient_domain, i.resource,
              i.message, i.sender_name, i.created_at
          FROM unnest($1::bigint[], $2::text[]) AS w (app_id, id)
          JOIN invites i ON i.app_id = w.app_id AND i.sender_id = w.id
@@ -356,14 +460,11 @@ async fn score(
         }
         None => Vec::new(),
     };
-    let since = sender_since(pool, latest.keys().cloned()).await?;
+    let newness = Newness::load(pool, latest.keys().cloned(), new_sender_days).await?;
     let mut by_sender: HashMap<SenderKey, Vec<Replayed>> = HashMap::new();
     for r in invites {
         let sender = r.sender();
-        let new = since
-            .get(&sender)
-            .is_none_or(|s| (r.created_at - *s).num_days() < new_sender_days);
-        if rule.new_senders_only && !new {
+        if rule.new_senders_only && !newness.is_new(&sender, r.created_at) {
             continue;
         }
         by_sender.entry(sender).or_default().push(r);

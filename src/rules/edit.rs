@@ -68,6 +68,22 @@ pub struct ValidRule {
     pub enabled: bool,
 }
 
+impl From<&Rule> for ValidRule {
+    /// A saved rule, as a proposed one (to backtest it as it stands).
+    fn from(rule: &Rule) -> ValidRule {
+        ValidRule {
+            name: rule.name.clone(),
+            scope: rule.scope,
+            signal: rule.signal,
+            algorithm: rule.algorithm,
+            quota: rule.quota,
+            action: rule.action,
+            new_senders_only: rule.new_senders_only,
+            enabled: rule.enabled,
+        }
+    }
+}
+
 /// A window in seconds from `90`, `30s`, `15m`, `1h` or `1d`.
 pub fn parse_window(text: &str) -> Option<i64> {
     let text = text.trim();

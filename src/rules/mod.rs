@@ -12,6 +12,7 @@ use crate::limiter::{Algorithm, Quota};
 use crate::sender::SenderKey;
 
 pub mod backtest;
+pub mod contribution;
 pub mod edit;
 pub mod file;
 pub mod simulate;

@@ -2,9 +2,18 @@
 //! which rule catches each sender after how many invites. The rules run in the in-process
 //! limiter, which gives the answers the Redis scripts give.
 
-use super::{Action, Signal};
+use super::contribution::{Counting, InviteFacts};
+use super::{Action, Scope, Signal, Subjects};
 use crate::limiter::{Algorithm, Check, EdgeMode, KeyPrefix, MemoryStore, Quota};
+use crate::sender::SenderKey;
 use crate::signals::{any_link, offline_members};
+
+/// The domain part of an address.
+fn domain_of(address: &str) -> &str {
+    address
+        .rsplit_once('@')
+        .map_or(address, |(_, domain)| domain)
+}
 
 /// One invite of a trace.
 struct Sent {
@@ -118,12 +127,11 @@ pub fn traces() -> Vec<SenderTrace> {
 pub fn caught(trace: &SenderTrace) -> Vec<(&'static str, Option<usize>)> {
     let store = MemoryStore::new();
     let keys = KeyPrefix::default();
+    let members = offline_members();
+    let sender = SenderKey::new(0, trace.name);
     RULES
         .iter()
         .map(|rule| {
-            if rule.new_senders_only && !trace.new {
-                return (rule.name, None);
-            }
             let algorithm = if rule.signal.is_distinct() {
                 Algorithm::Distinct
             } else {
@@ -131,23 +139,37 @@ pub fn caught(trace: &SenderTrace) -> Vec<(&'static str, Option<usize>)> {
             };
             let mut quota = Quota::new(rule.limit, rule.window_secs, algorithm);
             quota.count_over_limit = rule.action.counts_over_limit();
-            let key = keys.key("sender:simulated", rule.name, &quota);
+            let counting = Counting {
+                scope: Scope::Sender,
+                signal: rule.signal,
+                new_senders_only: rule.new_senders_only,
+            };
             let first = trace.sent.iter().position(|sent| {
-                let (cost, member) = match rule.signal {
-                    Signal::Links => (u64::from(any_link([Some(sent.message)])), None),
-                    Signal::DistinctRecipients => {
-                        (1, Some(offline_members().member(&sent.recipient)))
-                    }
-                    _ => (1, None),
+                let facts = InviteFacts {
+                    of: Subjects {
+                        sender: &sender,
+                        sender_ip: None,
+                        recipient: &sent.recipient,
+                        recipient_domain: domain_of(&sent.recipient),
+                    },
+                    has_links: any_link([Some(sent.message)]),
+                    new_sender: trace.new,
                 };
+                let Some(adds) = counting.of(&facts, members) else {
+                    return false;
+                };
+                let key = keys.key(&adds.subject, rule.name, &quota);
+                let (cost, member) = (adds.cost, adds.member);
                 let check = Check {
                     member,
                     ..Check::new(&key, &quota, cost)
                 };
-                store
-                    .check_batch(&[check], Some(sent.at_ms))
-                    .iter()
-                    .any(|d| !d.allowed)
+                // A rule acts on the invites that add to its count.
+                cost > 0
+                    && store
+                        .check_batch(&[check], Some(sent.at_ms))
+                        .iter()
+                        .any(|d| !d.allowed)
             });
             (rule.name, first.map(|k| k + 1))
         })

@@ -20,6 +20,7 @@ mod postgres_failure;
 mod redis_cluster;
 mod redis_failure;
 mod retention;
+mod rules_replay;
 mod shadow_leaks;
 mod shutdown;
 mod signals;

@@ -1,0 +1,165 @@
+//! What one invite adds to one rule: the subject it counts under, its cost and, for a distinct
+//! count, the member it counts. The live decision, the backtest, the threshold advisor and
+//! `sendguard simulate` all ask here, so a replay of recorded traffic gives each invite the
+//! answer the live check gave it.
+
+use super::{Rule, Scope, Signal, Subjects, edit::ValidRule};
+use crate::signals::MemberKey;
+
+type Time = chrono::DateTime<chrono::Utc>;
+
+/// What the rules see of one invite.
+pub struct InviteFacts<'a> {
+    pub of: Subjects<'a>,
+    /// Its text carries a link (`signals::any_link`).
+    pub has_links: bool,
+    /// Its sender counts as new (`moderation::is_new`), for `new_senders_only` rules.
+    pub new_sender: bool,
+}
+
+/// The part of a rule's definition that says what it counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counting {
+    pub scope: Scope,
+    pub signal: Signal,
+    pub new_senders_only: bool,
+}
+
+/// What one invite adds to one rule's count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contribution {
+    /// The subject the rule counts the invite under (`Scope::subject`).
+    pub subject: String,
+    /// What it adds: 0 for an invite the rule only reads (one without links for a `links`
+    /// rule; outcome signals, counted as the outcomes arrive).
+    pub cost: u64,
+    /// The member a distinct count counts.
+    pub member: Option<u32>,
+}
+
+impl Counting {
+    /// What `invite` adds to the rule, or `None` when the rule does not apply to it (a rule for
+    /// new senders, an `ip` rule on an invite without an address).
+    pub fn of(&self, invite: &InviteFacts<'_>, members: &MemberKey) -> Option<Contribution> {
+        if self.new_senders_only && !invite.new_sender {
+            return None;
+        }
+        let subject = self.scope.subject(&invite.of)?;
+        let (cost, member) = match self.signal {
+            Signal::Invites => (1, None),
+            Signal::Links => (u64::from(invite.has_links), None),
+            Signal::DistinctRecipients => (1, Some(members.member(invite.of.recipient))),
+            Signal::DistinctDomains => (1, Some(members.member(invite.of.recipient_domain))),
+            Signal::Bounces | Signal::Complaints => (0, None),
+        };
+        Some(Contribution {
+            subject,
+            cost,
+            member,
+        })
+    }
+}
+
+/// Accepted invites after which a sender is no longer new, whatever their age.
+pub const NEW_UNTIL_ACCEPTED: i64 = 5;
+
+/// Whether a sender counts as new at `now`, for `new_senders_only` rules: younger than `days`
+/// (from `since`, when the account was made or first seen; a sender never seen is new) and
+/// with fewer than [`NEW_UNTIL_ACCEPTED`] accepted invites, since spammers' invites are rarely
+/// accepted.
+pub fn is_new(since: Option<Time>, accepted: i64, days: i64, now: Time) -> bool {
+    let age = since.map_or(chrono::Duration::zero(), |since| now - since);
+    age < chrono::Duration::days(days) && accepted < NEW_UNTIL_ACCEPTED
+}
+
+impl Rule {
+    pub fn counting(&self) -> Counting {
+        Counting {
+            scope: self.scope,
+            signal: self.signal,
+            new_senders_only: self.new_senders_only,
+        }
+    }
+}
+
+impl ValidRule {
+    pub fn counting(&self) -> Counting {
+        Counting {
+            scope: self.scope,
+            signal: self.signal,
+            new_senders_only: self.new_senders_only,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sender::SenderKey;
+
+    fn facts<'a>(sender: &'a SenderKey, has_links: bool, new_sender: bool) -> InviteFacts<'a> {
+        InviteFacts {
+            of: Subjects {
+                sender,
+                sender_ip: None,
+                recipient: "ana@example.com",
+                recipient_domain: "example.com",
+            },
+            has_links,
+            new_sender,
+        }
+    }
+
+    fn counting(scope: Scope, signal: Signal, new_senders_only: bool) -> Counting {
+        Counting {
+            scope,
+            signal,
+            new_senders_only,
+        }
+    }
+
+    #[test]
+    fn each_signal_adds_what_it_counts() {
+        let members = MemberKey::new(b"test");
+        let sender = SenderKey::new(1, "u_1");
+        let plain = facts(&sender, false, false);
+        let add = |signal| {
+            counting(Scope::Sender, signal, false)
+                .of(&plain, &members)
+                .map(|c| (c.cost, c.member))
+        };
+        assert_eq!(add(Signal::Invites), Some((1, None)));
+        assert_eq!(add(Signal::Links), Some((0, None)), "read, not counted");
+        assert_eq!(
+            add(Signal::DistinctRecipients),
+            Some((1, Some(members.member("ana@example.com"))))
+        );
+        assert_eq!(
+            add(Signal::DistinctDomains),
+            Some((1, Some(members.member("example.com"))))
+        );
+        assert_eq!(add(Signal::Bounces), Some((0, None)));
+        assert_eq!(add(Signal::Complaints), Some((0, None)));
+        let linked = facts(&sender, true, false);
+        assert_eq!(
+            counting(Scope::Sender, Signal::Links, false)
+                .of(&linked, &members)
+                .map(|c| c.cost),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn rules_for_new_senders_and_addresses_apply_only_where_they_can() {
+        let members = MemberKey::new(b"test");
+        let sender = SenderKey::new(1, "u_1");
+        let links = counting(Scope::Sender, Signal::Links, true);
+        assert!(links.of(&facts(&sender, true, false), &members).is_none());
+        assert!(links.of(&facts(&sender, true, true), &members).is_some());
+        let ip = counting(Scope::Ip, Signal::Invites, false);
+        assert!(
+            ip.of(&facts(&sender, false, false), &members).is_none(),
+            "no address given"
+        );
+    }
+}
