@@ -19,11 +19,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use connection::{RedisConnection, RedisTarget};
+pub use connection::{RedisConnection, RedisSettings, RedisTarget};
 pub use distinct::MAX_DISTINCT_LIMIT;
 pub use keys::{KeyPrefix, LimitKey, rule_code};
 pub use memory::MemoryStore;
-pub use redis_store::{RedisSettings, RedisStore};
+pub use redis_store::RedisStore;
 
 /// Sub-windows per window for `hash_counters` (docs/DESIGN.md §3).
 pub const SUB_WINDOWS: u64 = 60;
