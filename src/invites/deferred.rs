@@ -74,7 +74,7 @@ impl InviteService {
 
     /// Re-checks deferred invites every second until `stop` is cancelled.
     pub async fn watch_deferred(self, stop: CancellationToken) {
-        crate::batch::every_second(stop, BATCH as usize, "re-checking deferred invites", || {
+        crate::coalesce::every_second(stop, BATCH as usize, "re-checking deferred invites", || {
             self.recheck_deferred()
         })
         .await;

@@ -21,7 +21,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::apps::App;
-use crate::batch::BatchError;
+use crate::coalesce::BatchError;
 use crate::config::RedisPolicy;
 use crate::incident::Incident;
 use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};

@@ -248,7 +248,7 @@ impl Outcomes {
 
     /// Counts kept outcomes every second until `stop` is cancelled.
     pub async fn watch_uncounted(self, stop: CancellationToken) {
-        crate::batch::every_second(
+        crate::coalesce::every_second(
             stop,
             RECOUNT_BATCH as usize,
             "counting kept outcomes",
