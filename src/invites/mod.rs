@@ -32,7 +32,7 @@ use crate::sender::SenderKey;
 use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
-pub use store::batch::INSERT_BATCH;
+pub use store::insert::INSERT_BATCH;
 use store::{Assumed, Flagging, NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
 use writer::{Write, Writer};

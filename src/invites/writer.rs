@@ -12,7 +12,7 @@ use tokio::runtime;
 use tokio::sync::oneshot;
 
 use super::policy::Status;
-use super::store::batch::{Claim, Row, WrittenRow, insert_batch, outcome};
+use super::store::insert::{Claim, Row, WrittenRow, insert_batch, outcome};
 use super::store::{self, Assumed, Flagging, NewInvite, Written};
 use crate::coalesce::{BatchError, Batcher};
 use crate::db::{self, DbError};
