@@ -27,7 +27,7 @@ pub mod outcomes;
 pub mod recipients;
 pub mod retention;
 pub mod rules;
-pub mod sender;
+pub mod sender_key;
 pub mod signals;
 pub mod startup;
 pub mod urls;

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 use super::validate::ValidInvite;
 use super::{InviteError, InviteService, store};
 use crate::moderation::SenderState;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// Deferred invites decided per transaction.
 const BATCH: i64 = 100;

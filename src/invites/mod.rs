@@ -28,7 +28,7 @@ use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::{DependencyError, Metrics};
 use crate::moderation::{self, SenderState, SenderStates, Standing};
 use crate::rules::{RuleCache, Scope, Signal, Subjects};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::signals;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};

@@ -15,7 +15,7 @@ use crate::coalesce::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::metrics::Metrics;
 use crate::rules::Signal;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::webhooks::{self, EventType};
 
 /// A sender's state and what the rules need to know of it, as read at one moment.

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
 use crate::moderation::{self, Flag, SenderState, SenderStates};
 use crate::rules::{Action, RuleCache, Signal, Subjects};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// A kind of outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSchema)]

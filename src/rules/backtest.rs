@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use super::edit::ValidRule;
 use super::{Scope, Signal, Subjects};
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::signals;
 
 type Time = chrono::DateTime<chrono::Utc>;

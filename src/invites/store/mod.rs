@@ -21,7 +21,7 @@ use super::policy::{Breach, Status};
 use super::validate::ValidInvite;
 use crate::moderation::{self, Flag, SenderState, Standing};
 use crate::rules::Action;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// An invite about to be written, with its verdict.
 pub struct NewInvite {
