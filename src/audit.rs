@@ -4,7 +4,7 @@
 use serde_json::Value;
 use sqlx::{PgExecutor, PgPool};
 
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// The actor of automatic decisions.
 pub const SYSTEM: &str = "system";

@@ -14,7 +14,7 @@ use crate::api_keys::ApiKeyCache;
 use crate::apps::AppCache;
 use crate::moderation::SenderStates;
 use crate::rules::RuleCache;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 const RULES: &str = "sendguard_rules";
 const SENDERS: &str = "sendguard_senders";

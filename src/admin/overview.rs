@@ -8,8 +8,8 @@ use super::Dashboard;
 use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::Time;
+use crate::invite_counts::{self, Hour};
 use crate::moderation::senders;
-use crate::reports::{self, Hour};
 
 pub(super) struct Bar {
     x: i64,
@@ -88,7 +88,7 @@ pub(super) struct OverviewPage {
     admin: Option<Viewer>,
     csrf: String,
     awaiting: i64,
-    statuses: Vec<reports::StatusCount>,
+    statuses: Vec<invite_counts::StatusCount>,
     chart: Chart,
 }
 
@@ -97,9 +97,9 @@ pub(super) async fn overview(
     admin: Admin,
 ) -> Result<OverviewPage, AdminError> {
     let pool = &dashboard.pool;
-    let statuses = reports::statuses_24h(pool).await?;
+    let statuses = invite_counts::statuses_24h(pool).await?;
     let awaiting = senders::awaiting_review(pool).await?;
-    let hours = reports::hourly(pool).await?;
+    let hours = invite_counts::hourly(pool).await?;
     Ok(OverviewPage {
         admin: admin.name(),
         csrf: admin.csrf(),

@@ -14,7 +14,7 @@ use super::format::{Notice, PAGE, PageQuery, acceptance, age, counted, outcomes,
 use super::senders::sender_path;
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 pub(super) struct QueueRow {
     app_id: i64,

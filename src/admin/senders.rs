@@ -20,7 +20,7 @@ use crate::limiter::Check;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Sender, SentInvite};
 use crate::rules::{self, Scope};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::urls::component;
 
 /// The sender of a page's path: app by name, and the app's sender id.

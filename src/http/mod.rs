@@ -1,9 +1,9 @@
 //! Shared HTTP pieces: problem+json errors, the API-key and client-address extractors, body
 //! deadlines, the request middleware and the server loop.
 
+mod address;
 mod api_key;
 mod body;
-mod client;
 mod error;
 mod middleware;
 pub mod server;
@@ -11,9 +11,9 @@ pub mod server;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+pub use address::{ClientAddr, TrustedProxies, group};
 pub use api_key::{ApiKey, ApiKeys};
 pub use body::{BodyLimit, read_body, require_json};
-pub use client::{ClientAddr, TrustedProxies, group};
 pub use error::{ApiError, ErrorCause, Problem, RateLimited, RetryAfter};
 pub use middleware::{Edge, SecurityHeaders, observe, security_headers};
 

@@ -17,7 +17,7 @@ use ipnet::IpNet;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{TrustedProxies, group};
+use super::address::{TrustedProxies, group};
 
 /// How long requests in flight may take to finish once `stop` is cancelled.
 const DRAIN: Duration = Duration::from_secs(30);

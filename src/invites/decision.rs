@@ -3,9 +3,6 @@
 
 use serde::Serialize;
 
-use super::policy::Checked;
-use crate::rules::Action;
-
 /// Why an invite got its status, kept with it as JSON (`invites.decision`): each rule checked,
 /// its count, limit and outcome. Typed, and serialized once as the batch binds it: a JSON tree
 /// per invite was a tenth of the invite path's CPU.
@@ -63,24 +60,5 @@ impl Serialize for RuleOutcome {
             self.outcome,
         )
             .serialize(serializer)
-    }
-}
-
-/// The record of the checked rules, with the strongest breached action.
-pub fn decision_record(checked: &[Checked], action: Option<Action>) -> DecisionRecord {
-    let rules = checked
-        .iter()
-        .map(|c| RuleOutcome {
-            rule: c.rule.name.clone(),
-            count: c.decision.count,
-            limit: c.rule.quota.limit,
-            window_secs: c.rule.quota.window_ms / 1000,
-            outcome: if c.decision.allowed { "ok" } else { "exceeded" },
-        })
-        .collect();
-    DecisionRecord {
-        action: Some(action.map(Action::as_str)),
-        rules: Some(rules),
-        ..DecisionRecord::reason("rules")
     }
 }

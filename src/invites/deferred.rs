@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 use super::validate::ValidInvite;
 use super::{InviteError, InviteService, store};
 use crate::moderation::SenderState;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// Deferred invites decided per transaction.
 const BATCH: i64 = 100;
@@ -74,7 +74,7 @@ impl InviteService {
 
     /// Re-checks deferred invites every second until `stop` is cancelled.
     pub async fn watch_deferred(self, stop: CancellationToken) {
-        crate::batch::every_second(stop, BATCH as usize, "re-checking deferred invites", || {
+        crate::coalesce::every_second(stop, BATCH as usize, "re-checking deferred invites", || {
             self.recheck_deferred()
         })
         .await;

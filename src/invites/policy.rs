@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::decision::{DecisionRecord, decision_record};
+use super::decision::{DecisionRecord, RuleOutcome};
 use crate::config::RedisPolicy;
 use crate::limiter::Decision;
 use crate::moderation::SenderState;
@@ -167,6 +167,25 @@ pub fn verdict(checked: &[Checked], state: SenderState, linked_to: Option<&str>)
         decision,
         breach,
         rejection: None,
+    }
+}
+
+/// The record of the checked rules, with the strongest breached action.
+fn decision_record(checked: &[Checked], action: Option<Action>) -> DecisionRecord {
+    let rules = checked
+        .iter()
+        .map(|c| RuleOutcome {
+            rule: c.rule.name.clone(),
+            count: c.decision.count,
+            limit: c.rule.quota.limit,
+            window_secs: c.rule.quota.window_ms / 1000,
+            outcome: if c.decision.allowed { "ok" } else { "exceeded" },
+        })
+        .collect();
+    DecisionRecord {
+        action: Some(action.map(Action::as_str)),
+        rules: Some(rules),
+        ..DecisionRecord::reason("rules")
     }
 }
 

@@ -1,5 +1,5 @@
 //! Group commit: invites that arrive while a write is in progress are written together, in one
-//! transaction with one commit ([`crate::batch`]), and each request gets its answer after that
+//! transaction with one commit ([`crate::coalesce`]), and each request gets its answer after that
 //! commit. Queued and held invites go in one multi-row statement, so a held one answers as fast
 //! as a queued one; flagging ones (the flag, the sender's new state and the audit entries with
 //! the invite that caused them) follow in the same transaction. When the commit fails, every
@@ -12,9 +12,9 @@ use tokio::runtime;
 use tokio::sync::oneshot;
 
 use super::policy::Status;
-use super::store::batch::{Claim, Row, WrittenRow, insert_batch, outcome};
+use super::store::insert::{Claim, Row, WrittenRow, insert_batch, outcome};
 use super::store::{self, Assumed, Flagging, NewInvite, Written};
-use crate::batch::{BatchError, Batcher};
+use crate::coalesce::{BatchError, Batcher};
 use crate::db::{self, DbError};
 use crate::mail::{Handoff, Outgoing, Slot};
 use crate::metrics::Metrics;

@@ -6,7 +6,7 @@
 //! at the newest one.
 
 use super::distinct::Distinct;
-use super::{Algorithm, Decision, EdgeMode, Quota, SUB_WINDOWS};
+use super::{Algorithm, Decision, EdgeMode, Quota, SUB_WINDOWS, to_ms};
 
 /// Ring slots of `hash_counters`: the current sub-window and the 59 before it. The 61st, oldest
 /// sub-window the window's edge cuts through is kept beside the ring.
@@ -275,12 +275,6 @@ impl HashCounters {
             }
         }
     }
-}
-
-/// Ceiling of an a-unit span in milliseconds.
-pub(super) fn to_ms(a_units: i64) -> u64 {
-    let n = SUB_WINDOWS as i64;
-    ((a_units + n - 1) / n).max(0) as u64
 }
 
 /// One counter per fixed window, reset when the window changes.

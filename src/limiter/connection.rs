@@ -6,13 +6,33 @@
 //! topology from it and follows MOVED/ASK redirects when slots move. TLS (`rediss://`) trusts
 //! the system's certificate authorities, or those of the file `SSL_CERT_FILE` names.
 
+use std::time::Duration;
+
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use super::{LimiterError, RedisSettings};
+use super::LimiterError;
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// A single server or a cluster ([`RedisTarget`]).
+    pub url: String,
+    /// Bound on every call: a slow Redis turns into an error instead of a stuck request.
+    pub timeout: Duration,
+}
+
+impl RedisSettings {
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
 
 /// Where `REDIS_URL` points.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,8 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::algorithms::to_ms;
-use super::{Decision, Quota, SUB_WINDOWS};
+use super::{Decision, Quota, SUB_WINDOWS, to_ms};
 
 /// Sub-windows a sighting stays in the window.
 const SPAN: i64 = SUB_WINDOWS as i64 + 1;

@@ -19,14 +19,21 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use connection::{RedisConnection, RedisTarget};
+pub use connection::{RedisConnection, RedisSettings, RedisTarget};
 pub use distinct::MAX_DISTINCT_LIMIT;
 pub use keys::{KeyPrefix, LimitKey, rule_code};
 pub use memory::MemoryStore;
-pub use redis_store::{RedisSettings, RedisStore};
+pub use redis_store::RedisStore;
 
 /// Sub-windows per window for `hash_counters` (docs/DESIGN.md §3).
 pub const SUB_WINDOWS: u64 = 60;
+
+/// Ceiling of an a-unit span (a millisecond is `SUB_WINDOWS` a-units) in milliseconds, for
+/// `hash_counters` and the distinct counts alike.
+fn to_ms(a_units: i64) -> u64 {
+    let n = SUB_WINDOWS as i64;
+    ((a_units + n - 1) / n).max(0) as u64
+}
 
 /// How `hash_counters` treats the oldest sub-window, the one the window's edge cuts through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

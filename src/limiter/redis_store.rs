@@ -18,26 +18,8 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use super::clock::Clock;
 use super::{
     Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, MAX_LIMIT, MAX_WINDOW_MS, Quota,
-    RedisConnection,
+    RedisConnection, RedisSettings,
 };
-
-/// How the store reaches Redis.
-#[derive(Debug, Clone)]
-pub struct RedisSettings {
-    /// A single server or a cluster ([`super::RedisTarget`]).
-    pub url: String,
-    /// Bound on every call: a slow Redis turns into an error instead of a stuck request.
-    pub timeout: Duration,
-}
-
-impl RedisSettings {
-    pub fn new(url: impl Into<String>) -> Self {
-        RedisSettings {
-            url: url.into(),
-            timeout: Duration::from_millis(500),
-        }
-    }
-}
 
 /// The one script: a loop over the rules (opened in `decide_head.lua`, closed in
 /// `decide_tail.lua`) that picks each rule's algorithm by its code; an algorithm is a function

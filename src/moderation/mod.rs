@@ -10,13 +10,13 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::audit::{self, Entry};
-use crate::batch::{BatchError, Batcher};
 use crate::cache::TtlCache;
+use crate::coalesce::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::metrics::Metrics;
 use crate::rules::Signal;
 use crate::rules::contribution::is_new;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::webhooks::{self, EventType};
 
 /// A sender's state and what the rules need to know of it, as read at one moment.
@@ -91,7 +91,7 @@ const READERS: usize = 1;
 /// Sender standings as this instance last read them (see [`crate::cache`]): one read of the
 /// `senders` table per sender and minute instead of one per invite. A change is announced by
 /// a trigger and forgotten here within milliseconds. Senders missing from the cache at the
-/// same time are read together, in one query ([`crate::batch`]).
+/// same time are read together, in one query ([`crate::coalesce`]).
 #[derive(Clone)]
 pub struct SenderStates {
     cache: TtlCache<SenderKey, Standing>,

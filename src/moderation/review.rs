@@ -10,7 +10,7 @@ use super::SenderState;
 use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
 use crate::rules::{self, Rule, RuleCache, Scope};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::webhooks::EventType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

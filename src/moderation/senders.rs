@@ -4,7 +4,7 @@
 
 use sqlx::PgPool;
 
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 type Time = chrono::DateTime<chrono::Utc>;
 

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
 use crate::moderation::{self, Flag, SenderState, SenderStates};
 use crate::rules::{Action, RuleCache, Signal, Subjects};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// A kind of outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSchema)]
@@ -248,7 +248,7 @@ impl Outcomes {
 
     /// Counts kept outcomes every second until `stop` is cancelled.
     pub async fn watch_uncounted(self, stop: CancellationToken) {
-        crate::batch::every_second(
+        crate::coalesce::every_second(
             stop,
             RECOUNT_BATCH as usize,
             "counting kept outcomes",

@@ -12,7 +12,7 @@ use super::contribution::{InviteFacts, is_new};
 use super::edit::ValidRule;
 use super::{Scope, Signal, Subjects};
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::signals;
 
 type Time = chrono::DateTime<chrono::Utc>;

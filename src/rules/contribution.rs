@@ -95,7 +95,7 @@ impl ValidRule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sender::SenderKey;
+    use crate::sender_key::SenderKey;
 
     fn facts<'a>(sender: &'a SenderKey, has_links: bool, new_sender: bool) -> InviteFacts<'a> {
         InviteFacts {

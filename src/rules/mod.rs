@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use sqlx::PgPool;
 
 use crate::limiter::{Algorithm, Quota};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 pub mod backtest;
 pub mod contribution;

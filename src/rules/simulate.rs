@@ -5,7 +5,7 @@
 use super::contribution::{Counting, InviteFacts};
 use super::{Action, Scope, Signal, Subjects};
 use crate::limiter::{Algorithm, Check, EdgeMode, KeyPrefix, MemoryStore, Quota};
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 use crate::signals::{any_link, offline_members};
 
 /// The domain part of an address.

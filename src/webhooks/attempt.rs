@@ -10,9 +10,9 @@ use chrono::Utc;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::redirect::Policy;
 use reqwest::{StatusCode, Url};
+use uuid::Uuid;
 
 use super::WebhookError;
-use super::deliver::Claimed;
 use super::sign::sign;
 use super::target::{CheckedResolver, check_form};
 
@@ -21,6 +21,14 @@ pub(super) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest `last_error` kept.
 const MAX_ERROR: usize = 500;
+
+/// What an attempt sends, and where: an event's id and body with its app's target as it is now.
+pub(super) struct Delivery<'a> {
+    pub(super) id: Uuid,
+    pub(super) payload: &'a str,
+    pub(super) webhook_url: Option<&'a str>,
+    pub(super) webhook_secret: Option<&'a str>,
+}
 
 #[derive(Debug)]
 pub(super) enum Outcome {
@@ -52,13 +60,13 @@ pub(super) fn client(allow_private: bool) -> Result<reqwest::Client, WebhookErro
 /// target that fails the check; only the status of the answer is read.
 pub(super) async fn attempt(
     client: &reqwest::Client,
-    event: &Claimed,
+    event: Delivery<'_>,
     allow_private: bool,
 ) -> Outcome {
-    let Some(url) = present(&event.webhook_url) else {
+    let Some(url) = present(event.webhook_url) else {
         return Outcome::GiveUp("the app has no webhook URL any more");
     };
-    let Some(secret) = present(&event.webhook_secret) else {
+    let Some(secret) = present(event.webhook_secret) else {
         return Outcome::GiveUp("the app has no webhook secret");
     };
     let failed = |error: WebhookError| Outcome::Failed {
@@ -75,7 +83,7 @@ pub(super) async fn attempt(
     let id = event.id.to_string();
     // The timestamp of this attempt, not of the event: receivers refuse old ones.
     let timestamp = Utc::now().timestamp();
-    let signature = match sign(secret, &id, timestamp, &event.payload) {
+    let signature = match sign(secret, &id, timestamp, event.payload) {
         Ok(signature) => signature,
         Err(e) => return failed(e),
     };
@@ -85,7 +93,7 @@ pub(super) async fn attempt(
         .header("webhook-timestamp", timestamp.to_string())
         .header("webhook-signature", signature)
         .header(CONTENT_TYPE, "application/json")
-        .body(event.payload.clone())
+        .body(event.payload.to_owned())
         .send()
         .await;
     match sent {
@@ -102,8 +110,8 @@ pub(super) async fn attempt(
     }
 }
 
-fn present(v: &Option<String>) -> Option<&str> {
-    v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+fn present(v: Option<&str>) -> Option<&str> {
+    v.map(str::trim).filter(|v| !v.is_empty())
 }
 
 fn answered(status: StatusCode) -> String {

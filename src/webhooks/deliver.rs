@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::WebhookError;
-use super::attempt::{ATTEMPT_TIMEOUT, Outcome, attempt, client};
+use super::attempt::{ATTEMPT_TIMEOUT, Delivery, Outcome, attempt, client};
 
 /// Longest wait between two attempts. A failing event is retried at this pace for as long as
 /// its receiver is down: it is never given up by age (docs/DESIGN.md §4), only when its app no
@@ -85,15 +85,26 @@ const CLAIM: &str = "
 
 /// An event claimed for one attempt, with its app's target as it is now.
 #[derive(Debug, sqlx::FromRow)]
-pub(super) struct Claimed {
-    pub(super) id: Uuid,
-    pub(super) app_id: i64,
-    pub(super) payload: String,
-    pub(super) attempts: i32,
+struct Claimed {
+    id: Uuid,
+    app_id: i64,
+    payload: String,
+    attempts: i32,
     /// The lease taken, and the token to record the outcome with.
-    pub(super) claimed_until: DateTime<Utc>,
-    pub(super) webhook_url: Option<String>,
-    pub(super) webhook_secret: Option<String>,
+    claimed_until: DateTime<Utc>,
+    webhook_url: Option<String>,
+    webhook_secret: Option<String>,
+}
+
+impl Claimed {
+    fn delivery(&self) -> Delivery<'_> {
+        Delivery {
+            id: self.id,
+            payload: &self.payload,
+            webhook_url: self.webhook_url.as_deref(),
+            webhook_secret: self.webhook_secret.as_deref(),
+        }
+    }
 }
 
 /// Posts due events to their apps; see the module's doc for how instances share the work.
@@ -217,7 +228,7 @@ impl Deliverer {
         let allow_private = self.settings.allow_private;
         running
             .spawn(async move {
-                let outcome = attempt(&client, &event, allow_private).await;
+                let outcome = attempt(&client, event.delivery(), allow_private).await;
                 (event, outcome)
             })
             .id()

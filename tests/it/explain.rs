@@ -127,7 +127,7 @@ async fn plan_of(pool: &PgPool, sql: &str, params: &[P]) -> Value {
 async fn every_page_query_uses_an_index_on_a_million_invites() {
     use P::*;
     use sendguard::moderation::senders as s;
-    use sendguard::{audit, reports};
+    use sendguard::{audit, invite_counts};
     let (_db, pool) = migrated("explain", SEED).await;
     let filled: Vec<(String, f32)> = sqlx::query_as(
         "SELECT c.relname::text, c.reltuples FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -138,9 +138,13 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
     .expect("partitions");
     assert!(filled.len() >= 8, "the seed fills the weeks: {filled:?}");
     let cases: Vec<(&str, &str, Vec<P>)> = vec![
-        ("overview: last 24 hours", reports::STATUSES_24H, vec![]),
+        (
+            "overview: last 24 hours",
+            invite_counts::STATUSES_24H,
+            vec![],
+        ),
         ("overview: awaiting review", s::AWAITING, vec![]),
-        ("overview: chart", reports::HOURLY, vec![]),
+        ("overview: chart", invite_counts::HOURLY, vec![]),
         ("review queue", s::QUEUE, vec![Int8(51), Int8(0), NoInt8]),
         (
             "review queue of one app",

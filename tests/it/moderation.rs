@@ -9,7 +9,7 @@ use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
 use sendguard::rules::RuleCache;
-use sendguard::sender::SenderKey;
+use sendguard::sender_key::SenderKey;
 
 /// A running instance with `sender-hourly` at 3, and what a reviewer needs to act on it.
 struct Stage {

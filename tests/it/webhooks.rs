@@ -546,7 +546,7 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
     use crate::support::app::{Stage, app_key};
     use sendguard::apps::{AppChanges, store};
     use sendguard::moderation::review::{self, Review, ReviewAction};
-    use sendguard::sender::SenderKey;
+    use sendguard::sender_key::SenderKey;
 
     let stage = Stage::start(
         "webhooks_e2e",

@@ -1,4 +1,4 @@
-//! The invite's SQL: writing them (queued and held ones in one statement, [`batch`]; one
+//! The invite's SQL: writing them (queued and held ones in one statement, [`insert`]; one
 //! with the flag of a breach in a few statements of the batch's transaction; see
 //! [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks
 //! that the sender is still in the state the verdict was made for: the cached state is a hint,
@@ -7,7 +7,7 @@
 //! cannot fail the batch it shares: it is not written, and the caller looks the key up once the
 //! batch has committed.
 
-pub mod batch;
+pub mod insert;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use super::policy::{Breach, Status};
 use super::validate::ValidInvite;
 use crate::moderation::{self, Flag, SenderState, Standing};
 use crate::rules::Action;
-use crate::sender::SenderKey;
+use crate::sender_key::SenderKey;
 
 /// An invite about to be written, with its verdict.
 pub struct NewInvite {
@@ -229,13 +229,13 @@ async fn flag_and_write(
     .await?
     .unwrap_or(flagging.assumed);
     if new.status == Status::Held {
-        let row = batch::Row {
+        let row = insert::Row {
             new,
             assumed: Assumed::state(now),
             held_cap: Some(flagging.held_cap),
         };
-        let rows = batch::insert_batch(tx, &[row], &batch::Claim::none(1)).await?;
-        return Ok(batch::outcome(new.id, &rows));
+        let rows = insert::insert_batch(tx, &[row], &insert::Claim::none(1)).await?;
+        return Ok(insert::outcome(new.id, &rows));
     }
     if let Some(key) = &new.idempotency_key {
         let claimed: Option<Uuid> = sqlx::query_scalar(CLAIM_KEY)

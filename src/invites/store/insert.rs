@@ -1,6 +1,6 @@
-//! The batch statement: queued and held invites written in one multi-row statement, so that
-//! holding an invite costs the time sending one does. A held invite that flags its sender goes
-//! through it too, alone, after its flag.
+//! The insert statement: a batch's queued and held invites written in one multi-row statement,
+//! so that holding an invite costs the time sending one does. A held invite that flags its sender
+//! goes through it too, alone, after its flag.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
