@@ -5,14 +5,16 @@
 pub mod accounts;
 mod apps;
 mod audit;
-mod auth;
 mod error;
 mod format;
 mod held;
+mod layout;
+mod login;
 mod overview;
 mod queue;
 mod rules;
 mod senders;
+mod session;
 pub mod setup;
 
 use axum::Router;
@@ -84,9 +86,9 @@ where
             "/admin/rules/{id}",
             get(rules::edit_form).post(rules::update),
         )
-        .route("/admin/login", get(auth::login_page).post(auth::log_in))
+        .route("/admin/login", get(login::login_page).post(login::log_in))
         .route("/admin/setup", get(setup::form).post(setup::create))
-        .route("/admin/logout", post(auth::log_out))
+        .route("/admin/logout", post(session::log_out))
         .route("/admin/queue", get(queue::queue))
         .route("/admin/queue/confirm", post(queue::confirm_selected))
         .route("/admin/senders", get(senders::find_sender))

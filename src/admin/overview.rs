@@ -5,9 +5,10 @@ use askama_web::WebTemplate;
 use axum::extract::State;
 
 use super::Dashboard;
-use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::Time;
+use super::layout::Layout;
+use super::session::Admin;
 use crate::moderation::senders;
 use crate::reports::{self, Hour};
 
@@ -85,8 +86,7 @@ fn chart(hours: &[Hour], now: Time) -> Chart {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/overview.html")]
 pub(super) struct OverviewPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     awaiting: i64,
     statuses: Vec<reports::StatusCount>,
     chart: Chart,
@@ -101,8 +101,7 @@ pub(super) async fn overview(
     let awaiting = senders::awaiting_review(pool).await?;
     let hours = reports::hourly(pool).await?;
     Ok(OverviewPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         awaiting,
         statuses,
         chart: chart(&hours, chrono::Utc::now()),

@@ -1,5 +1,4 @@
-//! Who is asking: the logged-in admin extractors (any role, or admins only), the session and
-//! login-form cookies, CSRF tokens, and logging in (with its throttle) and out.
+//! Logging in: the login form, the password check and its throttle.
 //!
 //! Every login attempt is counted before its password is checked, atomically in the limiter,
 //! per (name, client address) and per name: parallel attempts cannot slip past the count. A
@@ -8,18 +7,18 @@
 
 use askama::Template;
 use askama_web::WebTemplate;
-use axum::extract::{FromRef, FromRequestParts, State};
-use axum::http::request::Parts;
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
-use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use cookie::time::Duration as CookieAge;
+use axum::response::{IntoResponse, Response};
+use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::Dashboard;
-use super::accounts::{self, AccountError, Role, Session};
+use super::accounts::{self, AccountError};
 use super::error::AdminError;
+use super::layout::Layout;
+use super::session::{Cookies, logged_in, token};
 use crate::audit::{self, Entry};
 use crate::http::ClientAddr;
 use crate::limiter::{Algorithm, Check, Decision, EdgeMode, Quota};
@@ -32,159 +31,10 @@ const PAIR_ATTEMPTS_UNDER_ATTACK: u64 = 3;
 const NAME_CEILING: u64 = 100;
 const WINDOW_SECS: u64 = 900;
 
-/// The cookies' names and scope: behind https, `__Host-` cookies (Secure, the whole host,
-/// no Domain), which a sibling subdomain cannot plant.
-#[derive(Clone, Copy)]
-struct Cookies {
-    secure: bool,
-}
-
-impl Cookies {
-    fn session_name(self) -> &'static str {
-        if self.secure {
-            "__Host-sg_session"
-        } else {
-            "sg_session"
-        }
-    }
-
-    fn login_name(self) -> &'static str {
-        if self.secure {
-            "__Host-sg_login"
-        } else {
-            "sg_login"
-        }
-    }
-
-    fn build(
-        self,
-        name: &'static str,
-        value: String,
-        path: &'static str,
-        age: CookieAge,
-    ) -> Cookie<'static> {
-        Cookie::build((name, value))
-            .path(if self.secure { "/" } else { path })
-            .http_only(true)
-            .same_site(SameSite::Strict)
-            .secure(self.secure)
-            .max_age(age)
-            .build()
-    }
-
-    fn session(self, token: String) -> Cookie<'static> {
-        self.build(
-            self.session_name(),
-            token,
-            "/admin",
-            CookieAge::hours(accounts::SESSION_HOURS),
-        )
-    }
-
-    fn login_form(self, token: String) -> Cookie<'static> {
-        self.build(
-            self.login_name(),
-            token,
-            "/admin/login",
-            CookieAge::hours(1),
-        )
-    }
-}
-
-/// A cookie's value when it has the shape of a token; anything else is ignored.
-fn token<'a>(jar: &'a CookieJar, name: &str) -> Option<&'a str> {
-    jar.get(name).map(Cookie::value).filter(|v| v.len() == 64)
-}
-
-/// A logged-in admin of any role; any other request to a protected page is sent to the login
-/// page.
-pub struct Admin(pub Session);
-
-impl<S> FromRequestParts<S> for Admin
-where
-    Dashboard: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = AdminError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AdminError> {
-        let dashboard = Dashboard::from_ref(state);
-        let jar = CookieJar::from_headers(&parts.headers);
-        let cookies = Cookies {
-            secure: dashboard.secure_cookies,
-        };
-        let token = token(&jar, cookies.session_name()).ok_or(AdminError::LoggedOut)?;
-        accounts::session(&dashboard.pool, token)
-            .await?
-            .map(Admin)
-            .ok_or(AdminError::LoggedOut)
-    }
-}
-
-/// A logged-in admin with the `admin` role: rules, keys and accounts. Moderators get 403.
-pub struct AdminOnly(pub Admin);
-
-impl<S> FromRequestParts<S> for AdminOnly
-where
-    Dashboard: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = AdminError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AdminError> {
-        let admin = Admin::from_request_parts(parts, state).await?;
-        if admin.0.role != Role::Admin {
-            return Err(AdminError::Forbidden);
-        }
-        Ok(AdminOnly(admin))
-    }
-}
-
-/// Who the page is for, as the layout shows it.
-pub struct Viewer {
-    pub name: String,
-    /// Shows what only admins may open.
-    pub is_admin: bool,
-}
-
-impl Admin {
-    pub fn check_csrf(&self, sent: &str) -> Result<(), AdminError> {
-        if accounts::same_secret(&self.0.csrf_token, sent) {
-            Ok(())
-        } else {
-            Err(AdminError::Csrf)
-        }
-    }
-
-    pub fn name(&self) -> Option<Viewer> {
-        Some(Viewer {
-            name: self.0.username.clone(),
-            is_admin: self.0.role == Role::Admin,
-        })
-    }
-
-    pub fn csrf(&self) -> String {
-        self.0.csrf_token.clone()
-    }
-}
-
-/// Sends a freshly logged-in admin to `to` with the session cookie.
-pub fn logged_in(dashboard: &Dashboard, token: String, to: &str) -> Response {
-    let cookies = Cookies {
-        secure: dashboard.secure_cookies,
-    };
-    (
-        CookieJar::new().add(cookies.session(token)),
-        Redirect::to(to),
-    )
-        .into_response()
-}
-
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/login.html")]
 struct LoginPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     username: String,
     error: Option<String>,
 }
@@ -197,12 +47,9 @@ fn login_form(
     status: StatusCode,
 ) -> Response {
     let token = accounts::random_hex();
-    let cookies = Cookies {
-        secure: dashboard.secure_cookies,
-    };
+    let cookies = Cookies::of(dashboard);
     let page = LoginPage {
-        admin: None,
-        csrf: token.clone(),
+        layout: Layout::logged_out(token.clone()),
         username,
         error,
     };
@@ -330,9 +177,7 @@ pub async fn log_in(
     jar: CookieJar,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Result<Response, AdminError> {
-    let cookies = Cookies {
-        secure: dashboard.secure_cookies,
-    };
+    let cookies = Cookies::of(&dashboard);
     let expected = token(&jar, cookies.login_name()).unwrap_or_default();
     if expected.is_empty() || !accounts::same_secret(expected, &form.csrf) {
         return Err(AdminError::Csrf);
@@ -416,29 +261,6 @@ pub async fn log_in(
             ))
         }
     }
-}
-
-#[derive(Deserialize)]
-pub struct CsrfForm {
-    csrf: String,
-}
-
-pub async fn log_out(
-    State(dashboard): State<Dashboard>,
-    admin: Admin,
-    jar: CookieJar,
-    axum::Form(form): axum::Form<CsrfForm>,
-) -> Result<Response, AdminError> {
-    admin.check_csrf(&form.csrf)?;
-    let cookies = Cookies {
-        secure: dashboard.secure_cookies,
-    };
-    if let Some(token) = token(&jar, cookies.session_name()) {
-        accounts::log_out(&dashboard.pool, token).await?;
-    }
-    let mut gone = cookies.session(String::new());
-    gone.set_max_age(CookieAge::ZERO);
-    Ok((jar.add(gone), Redirect::to("/admin/login")).into_response())
 }
 
 #[cfg(test)]
