@@ -1,9 +1,5 @@
-//! Logging in: the login form, the password check and its throttle.
-//!
-//! Every login attempt is counted before its password is checked, atomically in the limiter,
-//! per (name, client address) and per name: parallel attempts cannot slip past the count. A
-//! name under attack from many addresses gets fewer attempts per address, but an address that
-//! has not failed itself is never locked out.
+//! Logging in: the login form and the password check, behind the throttle
+//! ([`super::throttle`]).
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -15,21 +11,13 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::Dashboard;
-use super::accounts::{self, AccountError};
+use super::accounts::{self, AccountError, Lane};
 use super::error::AdminError;
 use super::layout::Layout;
 use super::session::{Cookies, logged_in, token};
+use super::throttle::{self, Attempts, Verdict};
 use crate::audit::{self, Entry};
 use crate::http::ClientAddr;
-use crate::limiter::{Algorithm, Check, Decision, EdgeMode, Quota};
-
-/// Attempts per (name, client address) in the window.
-const PAIR_ATTEMPTS: u64 = 10;
-/// Attempts per (name, client address) while the name is under attack.
-const PAIR_ATTEMPTS_UNDER_ATTACK: u64 = 3;
-/// Attempts per name from all addresses in the window, beyond which it is under attack.
-const NAME_CEILING: u64 = 100;
-const WINDOW_SECS: u64 = 900;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/login.html")]
@@ -93,66 +81,6 @@ pub struct LoginForm {
     password: String,
 }
 
-/// The throttle's answer to one attempt.
-enum Throttle {
-    Allowed,
-    Locked { retry_after_secs: u64 },
-}
-
-/// The limiter's two counts of login attempts: per (name, client address) and per name. Names
-/// that are no admin's are counted as one, so that guessing with a new name each time escapes
-/// no count, and keys carry the admin's id, never the caller's text.
-struct LoginCounts {
-    quota_pair: Quota,
-    quota_name: Quota,
-    pair: crate::limiter::LimitKey,
-    name: crate::limiter::LimitKey,
-}
-
-impl LoginCounts {
-    fn new(dashboard: &Dashboard, admin_id: Option<i64>, client: &ClientAddr) -> Self {
-        let algorithm = Algorithm::HashCounters(EdgeMode::Harsh);
-        let quota_pair = Quota::new(PAIR_ATTEMPTS, WINDOW_SECS, algorithm);
-        // The ceiling keeps counting past its limit: an attack that goes on stays on record.
-        let quota_name = Quota::new(NAME_CEILING, WINDOW_SECS, algorithm).counting_over_limit();
-        let name = admin_id.map_or_else(|| "unknown".to_owned(), |id| format!("#{id}"));
-        LoginCounts {
-            pair: dashboard.keys.key(
-                &format!("admin-login:{name}:{}", client.0),
-                "admin-login",
-                &quota_pair,
-            ),
-            name: dashboard.keys.key(
-                &format!("admin-login-name:{name}"),
-                "admin-login",
-                &quota_name,
-            ),
-            quota_pair,
-            quota_name,
-        }
-    }
-
-    /// Counts this attempt and says whether it may be checked.
-    fn judge(pair: &Decision, name: &Decision) -> Throttle {
-        let allowed_here = if name.allowed {
-            PAIR_ATTEMPTS
-        } else {
-            PAIR_ATTEMPTS_UNDER_ATTACK
-        };
-        if pair.allowed && pair.count <= allowed_here {
-            return Throttle::Allowed;
-        }
-        let wait_ms = if pair.allowed {
-            pair.reset_after_ms
-        } else {
-            pair.retry_after_ms
-        };
-        Throttle::Locked {
-            retry_after_secs: wait_ms.div_ceil(1000),
-        }
-    }
-}
-
 /// One login attempt, as the audit log records it.
 struct Attempt {
     actor: String,
@@ -182,25 +110,35 @@ pub async fn log_in(
     if expected.is_empty() || !accounts::same_secret(expected, &form.csrf) {
         return Err(AdminError::Csrf);
     }
-    // A name no account could have is no admin's, and costs no query.
-    let candidate = if accounts::valid_username(&form.username) {
-        accounts::candidate(&dashboard.pool, &form.username).await?
-    } else {
-        None
-    };
-    let counts = LoginCounts::new(&dashboard, candidate.as_ref().map(|c| c.id), &client);
-    let checks = [
-        Check::new(&counts.pair, &counts.quota_pair, 1),
-        Check::new(&counts.name, &counts.quota_name, 1),
-    ];
+    let device = jar
+        .get(cookies.device_name())
+        .and_then(|c| dashboard.login_key.device(c.value(), &form.username));
+    let attempts = Attempts::new(&dashboard, &form.username, &client, device);
     // A store that cannot count attempts must not let guessing run unbounded: refuse.
-    let Ok(decisions) = dashboard.limiter.check_batch(&checks, None).await else {
+    let Ok(verdict) = attempts.judge(&dashboard.limiter).await else {
         return Ok(login_form(
             &dashboard,
             form.username,
             Some("Logging in is unavailable for a moment; try again shortly.".into()),
             StatusCode::SERVICE_UNAVAILABLE,
         ));
+    };
+    if let Verdict::Locked { retry_after_secs } = verdict {
+        throttle::record_refusal(&dashboard, &client).await?;
+        let minutes = retry_after_secs.div_ceil(60).max(1);
+        return Ok(locked(
+            &dashboard,
+            form.username,
+            format!("Too many failed attempts. Try again in {minutes} minutes."),
+            retry_after_secs,
+        ));
+    }
+    // Looked up only once the throttle let the attempt through, which it decided without
+    // knowing whether the name is an admin's. A name no account could have costs no query.
+    let candidate = if accounts::valid_username(&form.username) {
+        accounts::candidate(&dashboard.pool, &form.username).await?
+    } else {
+        None
     };
     let attempt = Attempt {
         // A name that is no admin's is the caller's text: it is not written to the log.
@@ -212,20 +150,17 @@ pub async fn log_in(
         admin_id: candidate.as_ref().map(|c| c.id),
         client: client.0.to_string(),
     };
-    if let (Some(pair), Some(name)) = (decisions.first(), decisions.get(1))
-        && let Throttle::Locked { retry_after_secs } = LoginCounts::judge(pair, name)
-    {
-        attempt.record(&dashboard, "login_locked").await?;
-        let minutes = retry_after_secs.div_ceil(60).max(1);
-        return Ok(locked(
-            &dashboard,
-            form.username,
-            format!("Too many failed attempts. Try again in {minutes} minutes."),
-            retry_after_secs,
-        ));
-    }
+    let lane = if device.is_some() {
+        Lane::KnownDevice
+    } else {
+        Lane::Shared
+    };
     let stored = candidate.as_ref().map(|c| c.password_hash.clone());
-    let matches = match dashboard.passwords.verify(&form.password, stored).await {
+    let matches = match dashboard
+        .passwords
+        .verify(lane, &form.password, stored)
+        .await
+    {
         Ok(matches) => matches,
         Err(AccountError::Busy) => {
             return Ok(locked(
@@ -239,17 +174,20 @@ pub async fn log_in(
     };
     match attempt.admin_id.filter(|_| matches) {
         Some(id) => {
-            // The right password clears this address's count for the name.
-            if let Err(e) = dashboard
-                .limiter
-                .clear(&[(&counts.pair, &counts.quota_pair)])
-                .await
-            {
+            // The right password clears this source's count for the name.
+            if let Err(e) = attempts.clear(&dashboard.limiter).await {
                 tracing::warn!(error = %e, "a login's attempts were not cleared");
             }
             let token = accounts::open_session(&dashboard.pool, id).await?;
             attempt.record(&dashboard, "login_succeeded").await?;
-            Ok(logged_in(&dashboard, token, "/admin/queue"))
+            // This browser is now a known device for the name: a flood of guesses from others
+            // does not lock it out.
+            let device = cookies.device(dashboard.login_key.device_cookie(&form.username));
+            Ok((
+                CookieJar::new().add(device),
+                logged_in(&dashboard, token, "/admin/queue"),
+            )
+                .into_response())
         }
         None => {
             attempt.record(&dashboard, "login_failed").await?;
@@ -260,47 +198,5 @@ pub async fn log_in(
                 StatusCode::UNAUTHORIZED,
             ))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn decision(allowed: bool, count: u64) -> Decision {
-        Decision {
-            allowed,
-            count,
-            limit: 0,
-            remaining: 0,
-            retry_after_ms: 60_000,
-            reset_after_ms: 900_000,
-        }
-    }
-
-    #[test]
-    fn an_address_gets_ten_attempts_and_three_while_its_name_is_attacked() {
-        let calm = decision(true, 50);
-        let attacked = decision(false, 500);
-        assert!(matches!(
-            LoginCounts::judge(&decision(true, 10), &calm),
-            Throttle::Allowed
-        ));
-        assert!(matches!(
-            LoginCounts::judge(&decision(false, 10), &calm),
-            Throttle::Locked {
-                retry_after_secs: 60
-            }
-        ));
-        assert!(matches!(
-            LoginCounts::judge(&decision(true, 3), &attacked),
-            Throttle::Allowed
-        ));
-        assert!(matches!(
-            LoginCounts::judge(&decision(true, 4), &attacked),
-            Throttle::Locked {
-                retry_after_secs: 900
-            }
-        ));
     }
 }

@@ -16,6 +16,7 @@ mod rules;
 mod senders;
 mod session;
 pub mod setup;
+mod throttle;
 
 use axum::Router;
 use axum::extract::FromRef;
@@ -28,6 +29,8 @@ use crate::apps::AppCache;
 use crate::http::TrustedProxies;
 use crate::limiter::{KeyPrefix, Limiter};
 use crate::rules::RuleCache;
+
+pub use throttle::LoginKey;
 
 /// What the dashboard's handlers need.
 #[derive(Clone)]
@@ -44,6 +47,8 @@ pub struct Dashboard {
     pub setup: setup::SetupLink,
     /// Password hashing, off the async workers and a few at a time.
     pub passwords: accounts::Passwords,
+    /// Names the login throttle's counters and signs known-device cookies.
+    pub login_key: LoginKey,
     /// Days a sender counts as new (for backtests of `new_senders_only` rules and the queue).
     pub new_sender_days: i64,
 }

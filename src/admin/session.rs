@@ -43,6 +43,14 @@ impl Cookies {
         }
     }
 
+    pub(super) fn device_name(self) -> &'static str {
+        if self.secure {
+            "__Host-sg_device"
+        } else {
+            "sg_device"
+        }
+    }
+
     fn build(
         self,
         name: &'static str,
@@ -74,6 +82,16 @@ impl Cookies {
             token,
             "/admin/login",
             CookieAge::hours(1),
+        )
+    }
+
+    /// A browser that logged in, for months: only the login form reads it.
+    pub(super) fn device(self, value: String) -> Cookie<'static> {
+        self.build(
+            self.device_name(),
+            value,
+            "/admin/login",
+            CookieAge::days(180),
         )
     }
 }
