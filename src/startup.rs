@@ -183,6 +183,7 @@ impl Services {
             secure_cookies: cfg.public_url.starts_with("https://"),
             setup: admin::setup::SetupLink::default(),
             passwords: Passwords::new(PASSWORD_CHECKS),
+            login_key: admin::LoginKey::new(&links.derive("admin-login")),
             new_sender_days: cfg.new_sender_days,
         };
         Ok(Services {

@@ -99,29 +99,48 @@ pub fn valid_username(name: &str) -> bool {
 
 /// Password hashing off the async workers, a few at a time: argon2 takes tens of
 /// milliseconds of CPU by design, and a burst of logins must neither stall requests nor queue
-/// without end.
+/// without end. Browsers that logged in before have a slot of their own, so that a flood of
+/// guesses, which keeps the shared slots busy, does not lock real admins out.
 #[derive(Clone)]
 pub struct Passwords {
     permits: Arc<Semaphore>,
+    known_devices: Arc<Semaphore>,
+}
+
+/// Which slots a password check may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Shared,
+    /// A browser with a known-device cookie: its own slot first, else a shared one.
+    KnownDevice,
 }
 
 impl Passwords {
     pub fn new(at_once: usize) -> Self {
         Passwords {
             permits: Arc::new(Semaphore::new(at_once.max(1))),
+            known_devices: Arc::new(Semaphore::new(1)),
         }
     }
 
     /// Runs `work` on the blocking pool once a permit is free; `Busy` at once when none is.
     async fn run<T: Send + 'static>(
         &self,
+        lane: Lane,
         work: impl FnOnce() -> Result<T, AccountError> + Send + 'static,
     ) -> Result<T, AccountError> {
-        let permit = self
-            .permits
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| AccountError::Busy)?;
+        let own = match lane {
+            Lane::KnownDevice => self.known_devices.clone().try_acquire_owned().ok(),
+            Lane::Shared => None,
+        };
+        let permit = match own {
+            Some(permit) => permit,
+            None => self
+                .permits
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| AccountError::Busy)?,
+        };
         let done = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work()
@@ -132,18 +151,19 @@ impl Passwords {
 
     pub async fn hash(&self, password: &str) -> Result<String, AccountError> {
         let password = password.to_owned();
-        self.run(move || hash(&password)).await
+        self.run(Lane::Shared, move || hash(&password)).await
     }
 
     /// Whether `password` matches `stored`; with no stored hash (an unknown name) it is checked
     /// against a stand-in hash made once, so unknown names cost the same time as known ones.
     pub async fn verify(
         &self,
+        lane: Lane,
         password: &str,
         stored: Option<String>,
     ) -> Result<bool, AccountError> {
         let password = password.to_owned();
-        self.run(move || {
+        self.run(lane, move || {
             let matches = match &stored {
                 Some(hash) => check(&password, hash)?,
                 None => {
@@ -413,10 +433,22 @@ mod tests {
             .try_acquire_owned()
             .expect("permit");
         assert!(matches!(
-            passwords.verify("x", None).await,
+            passwords.verify(Lane::Shared, "x", None).await,
             Err(AccountError::Busy)
         ));
+        // A known device still has its own slot.
+        assert!(
+            !passwords
+                .verify(Lane::KnownDevice, "x", None)
+                .await
+                .expect("checked")
+        );
         drop(held);
-        assert!(!passwords.verify("x", None).await.expect("checked"));
+        assert!(
+            !passwords
+                .verify(Lane::Shared, "x", None)
+                .await
+                .expect("checked")
+        );
     }
 }

@@ -8,9 +8,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::{AdminOnly, Viewer};
 use super::error::AdminError;
 use super::format::{Notice, PAGE, PageQuery, page_number, time};
+use super::layout::Layout;
+use super::session::AdminOnly;
 use crate::apps::App;
 use crate::recipients;
 use crate::urls::component;
@@ -46,8 +47,7 @@ impl From<&App> for AppRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/apps.html")]
 pub(super) struct AppsPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     apps: Vec<AppRow>,
 }
 
@@ -56,8 +56,7 @@ pub(super) async fn list(
     AdminOnly(admin): AdminOnly,
 ) -> AppsPage {
     AppsPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         apps: dashboard
             .apps
             .all()
@@ -108,8 +107,7 @@ pub(super) struct SuppressedView {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/app.html")]
 pub(super) struct AppPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     app: AppRow,
     deliveries: Vec<DeliveryView>,
     suppressed: Vec<SuppressedView>,
@@ -131,8 +129,7 @@ pub(super) async fn app_page(
         recipients::suppressed(&dashboard.pool, app.id, PAGE + 1, (page - 1) * PAGE).await?;
     let more = suppressed.len() as i64 > PAGE;
     Ok(AppPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         app: AppRow::from(&*app),
         deliveries: deliveries.into_iter().map(DeliveryView::from).collect(),
         suppressed: suppressed

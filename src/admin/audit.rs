@@ -6,9 +6,10 @@ use axum::extract::{Query, State};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{PAGE, page_number, time};
+use super::layout::Layout;
+use super::session::Admin;
 use crate::audit::{self, Filter};
 
 pub(super) struct AuditRow {
@@ -24,8 +25,7 @@ pub(super) struct AuditRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/audit.html")]
 pub(super) struct AuditPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     actor: String,
     sender: String,
     app: String,
@@ -63,8 +63,7 @@ pub(super) async fn audit_log(
     let rows = audit::page(&dashboard.pool, filter, PAGE + 1, (page - 1) * PAGE).await?;
     let more = rows.len() as i64 > PAGE;
     Ok(AuditPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         entries: rows
             .into_iter()
             .take(PAGE as usize)

@@ -6,6 +6,7 @@ use askama_web::WebTemplate;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 
+use super::layout::Layout;
 use crate::admin::accounts::AccountError;
 use crate::http::ErrorCause;
 use crate::moderation::review::ReviewError;
@@ -81,8 +82,7 @@ impl From<AccountError> for AdminError {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/message.html")]
 struct MessagePage {
-    admin: Option<super::auth::Viewer>,
-    csrf: String,
+    layout: Layout,
     heading: String,
     text: String,
     back: String,
@@ -108,8 +108,7 @@ impl IntoResponse for AdminError {
             _ => None,
         };
         let page = MessagePage {
-            admin: None,
-            csrf: String::new(),
+            layout: Layout::logged_out(String::new()),
             heading: heading.into(),
             text: self.to_string(),
             back: "/admin".into(),

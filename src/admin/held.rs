@@ -8,10 +8,10 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::Dashboard;
-use super::auth::Admin;
 use super::error::AdminError;
 use super::format::Notice;
 use super::senders::{render_sender, same_sender, sender_of, sender_path};
+use super::session::Admin;
 use crate::moderation::review::{self, InviteDecision, ReviewError};
 
 fn back(app: &str, id: &str, notice: Notice) -> Response {

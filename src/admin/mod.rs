@@ -5,15 +5,18 @@
 pub mod accounts;
 mod apps;
 mod audit;
-mod auth;
 mod error;
 mod format;
 mod held;
+mod layout;
+mod login;
 mod overview;
 mod queue;
 mod rules;
 mod senders;
+mod session;
 pub mod setup;
+mod throttle;
 
 use axum::Router;
 use axum::extract::FromRef;
@@ -26,6 +29,8 @@ use crate::apps::AppCache;
 use crate::http::TrustedProxies;
 use crate::limiter::{KeyPrefix, Limiter};
 use crate::rules::RuleCache;
+
+pub use throttle::LoginKey;
 
 /// What the dashboard's handlers need.
 #[derive(Clone)]
@@ -42,6 +47,8 @@ pub struct Dashboard {
     pub setup: setup::SetupLink,
     /// Password hashing, off the async workers and a few at a time.
     pub passwords: accounts::Passwords,
+    /// Names the login throttle's counters and signs known-device cookies.
+    pub login_key: LoginKey,
     /// Days a sender counts as new (for backtests of `new_senders_only` rules and the queue).
     pub new_sender_days: i64,
 }
@@ -84,9 +91,9 @@ where
             "/admin/rules/{id}",
             get(rules::edit_form).post(rules::update),
         )
-        .route("/admin/login", get(auth::login_page).post(auth::log_in))
+        .route("/admin/login", get(login::login_page).post(login::log_in))
         .route("/admin/setup", get(setup::form).post(setup::create))
-        .route("/admin/logout", post(auth::log_out))
+        .route("/admin/logout", post(session::log_out))
         .route("/admin/queue", get(queue::queue))
         .route("/admin/queue/confirm", post(queue::confirm_selected))
         .route("/admin/senders", get(senders::find_sender))

@@ -5,9 +5,10 @@ use askama_web::WebTemplate;
 use axum::extract::State;
 
 use super::Dashboard;
-use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::Time;
+use super::layout::Layout;
+use super::session::Admin;
 use crate::invite_counts::{self, Hour};
 use crate::moderation::senders;
 
@@ -85,8 +86,7 @@ fn chart(hours: &[Hour], now: Time) -> Chart {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/overview.html")]
 pub(super) struct OverviewPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     awaiting: i64,
     statuses: Vec<invite_counts::StatusCount>,
     chart: Chart,
@@ -101,8 +101,7 @@ pub(super) async fn overview(
     let awaiting = senders::awaiting_review(pool).await?;
     let hours = invite_counts::hourly(pool).await?;
     Ok(OverviewPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         awaiting,
         statuses,
         chart: chart(&hours, chrono::Utc::now()),

@@ -8,10 +8,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{Notice, PAGE, PageQuery, acceptance, age, counted, outcomes, page_number};
+use super::layout::Layout;
 use super::senders::sender_path;
+use super::session::Admin;
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
 use crate::sender_key::SenderKey;
@@ -69,8 +70,7 @@ impl From<Awaiting> for QueueRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/queue.html")]
 pub(super) struct QueuePage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     rows: Vec<QueueRow>,
     /// The app the queue is filtered by ("" for all), and every app's name.
     app: String,
@@ -98,8 +98,7 @@ pub(super) async fn queue(
     let rows = senders::queue(&dashboard.pool, app_id, PAGE + 1, (page - 1) * PAGE).await?;
     let more = rows.len() as i64 > PAGE;
     Ok(QueuePage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         rows: rows
             .into_iter()
             .take(PAGE as usize)

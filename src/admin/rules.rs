@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::{Admin, AdminOnly, Viewer};
 use super::error::AdminError;
 use super::format::{Notice, PageQuery, window};
+use super::layout::Layout;
+use super::session::{Admin, AdminOnly};
 use crate::limiter::Algorithm;
 use crate::rules::backtest::{self, Backtest, Score};
 use crate::rules::edit::{self, FieldErrors, RuleInput, SaveError};
@@ -37,8 +38,7 @@ pub(super) struct RuleRow {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/rules.html")]
 pub(super) struct RulesPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     rules: Vec<RuleRow>,
     notice: Option<String>,
 }
@@ -50,8 +50,7 @@ pub(super) async fn list(
 ) -> Result<RulesPage, AdminError> {
     let rules = crate::rules::load_all(&dashboard.pool).await?;
     Ok(RulesPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         rules: rules
             .into_iter()
             .map(|r| {
@@ -97,8 +96,7 @@ pub(super) struct FormView {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/rule_form.html")]
 pub(super) struct RuleFormPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     id: Option<i64>,
     action: String,
     form: FormView,
@@ -188,8 +186,7 @@ fn page(
     backtest: Option<BacktestView>,
 ) -> RuleFormPage {
     RuleFormPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         action: match id {
             Some(id) => format!("/admin/rules/{id}"),
             None => "/admin/rules/new".into(),

@@ -9,12 +9,13 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::{Admin, Viewer};
 use super::error::AdminError;
 use super::format::{
     Notice, PAGE, PageQuery, Segment, acceptance, age, marked, outcomes, page_number, time, why,
     window,
 };
+use super::layout::Layout;
+use super::session::Admin;
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
@@ -56,8 +57,7 @@ pub(super) struct FindQuery {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/sender_apps.html")]
 pub(super) struct SenderAppsPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     id: String,
     /// (app, path of the sender's page in it)
     apps: Vec<(String, String)>,
@@ -77,8 +77,7 @@ pub(super) async fn find_sender(
         ))),
         [app] => Ok(Redirect::to(&sender_path(app, id)).into_response()),
         _ => Ok(SenderAppsPage {
-            admin: admin.name(),
-            csrf: admin.csrf(),
+            layout: admin.layout(),
             id: id.to_owned(),
             apps: apps
                 .iter()
@@ -200,8 +199,7 @@ pub(super) struct NoteView {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/sender.html")]
 pub(super) struct SenderPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     sender: SenderView,
     counters: Vec<CounterView>,
     counters_error: Option<String>,
@@ -283,8 +281,7 @@ pub(super) async fn render_sender(
     let (counters, counters_error) = counters(dashboard, key).await;
     let more = invites.len() as i64 > PAGE;
     Ok(SenderPage {
-        admin: admin.name(),
-        csrf: admin.csrf(),
+        layout: admin.layout(),
         sender: SenderView::new(app, sender),
         counters,
         counters_error,

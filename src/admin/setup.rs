@@ -13,8 +13,9 @@ use serde::Deserialize;
 
 use super::Dashboard;
 use super::accounts;
-use super::auth::{Viewer, logged_in};
 use super::error::AdminError;
+use super::layout::Layout;
+use super::session::logged_in;
 
 const VALID_FOR: Duration = Duration::from_secs(3600);
 
@@ -48,8 +49,7 @@ impl SetupLink {
 #[derive(Template, WebTemplate)]
 #[template(path = "admin/setup.html")]
 pub(super) struct SetupPage {
-    admin: Option<Viewer>,
-    csrf: String,
+    layout: Layout,
     token: String,
     username: String,
     error: Option<String>,
@@ -75,8 +75,7 @@ pub(super) async fn form(
         return Err(expired());
     }
     Ok(SetupPage {
-        admin: None,
-        csrf: String::new(),
+        layout: Layout::logged_out(String::new()),
         token: q.token,
         username: String::new(),
         error: None,
@@ -100,8 +99,7 @@ pub(super) async fn create(
     }
     let again = |error: String| {
         let page = SetupPage {
-            admin: None,
-            csrf: String::new(),
+            layout: Layout::logged_out(String::new()),
             token: form.token.clone(),
             username: form.username.clone(),
             error: Some(error),

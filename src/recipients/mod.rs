@@ -97,6 +97,17 @@ impl LinkKey {
         MemberKey::new(&self.current)
     }
 
+    /// A key of the current secret for another use, apart from the links' tokens and from
+    /// every other `purpose`.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        // HMAC takes a key of any length.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.current)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        mac.update(b"derive:");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     fn mac(key: &[u8], purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {
         // HMAC takes a key of any length.
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)

@@ -390,11 +390,10 @@ async fn links_forms_and_notices_cannot_be_forged_through_ids() {
 }
 
 /// Guessing with a new name each time, as long as the form allows, escapes no count and fills
-/// no memory: attempts at names that are no admin's share one count per address, so the
-/// eleventh from one address is refused, and Redis holds the same few keys however many names
-/// were tried.
+/// no memory: one address gets 30 attempts at any names, and the keys of the names it tried
+/// carry a keyed tag, never the text typed, so Redis holds a bounded number of short keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rotating_login_names_are_counted_together_and_keep_no_keys_of_their_own() {
+async fn rotating_login_names_are_bounded_per_address() {
     let prefix = crate::support::unique_prefix("rotate");
     let key_prefix = prefix.as_str().to_owned();
     let stage = Stage::start_with("rotate", &[], |cfg| cfg.key_prefix = key_prefix).await;
@@ -405,7 +404,7 @@ async fn rotating_login_names_are_counted_together_and_keep_no_keys_of_their_own
     let attacker = client_from("127.0.0.1");
     let mut csrf = dashboard::login_form(&attacker, &base).await;
     let mut refused = 0;
-    for n in 0..20 {
+    for n in 0..40 {
         // Half of them a name far longer than any account's.
         let name = if n % 2 == 0 {
             format!("{}{n}", "x".repeat(4000))
@@ -432,7 +431,7 @@ async fn rotating_login_names_are_counted_together_and_keep_no_keys_of_their_own
     }
     assert_eq!(
         refused, 10,
-        "attempts at unknown names were not counted together"
+        "attempts at new names were not counted by address"
     );
     let store = crate::support::redis_store().await;
     let keys: Vec<String> = crate::support::query(
@@ -440,8 +439,240 @@ async fn rotating_login_names_are_counted_together_and_keep_no_keys_of_their_own
         redis::cmd("KEYS").arg(format!("{}:*admin-login*", prefix.as_str())),
     )
     .await;
-    assert!(keys.len() <= 2, "{} keys: {keys:?}", keys.len());
+    // Per address and its refusals, and per name and (name, address) for the 30 let through.
+    assert!(keys.len() <= 2 + 2 * 30, "{} keys", keys.len());
+    assert!(
+        keys.iter().all(|k| !k.contains("xxxx") && k.len() < 200),
+        "{keys:?}"
+    );
     // The admin is not locked out by them from another address.
     let admin = dashboard::log_in(&client_from("127.0.0.5"), &base, "alice", PASSWORD).await;
     assert_eq!(admin.status(), StatusCode::SEE_OTHER);
+}
+
+/// A stage whose admin is `alice` and which believes `X-Forwarded-For` from loopback, so that a
+/// test can speak from any address, IPv6 networks included.
+async fn stage_behind_proxy(test: &str) -> Stage {
+    let stage = Stage::start_with(test, &[], |cfg| {
+        cfg.trusted_proxies = vec!["127.0.0.0/8".parse().expect("net")];
+    })
+    .await;
+    accounts::add(&stage.pool, "alice", PASSWORD, Role::Admin, "test")
+        .await
+        .expect("admin");
+    stage
+}
+
+/// A login form token of the test's own: the form is accepted when its field and cookie agree.
+const FORM_TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// One login attempt by the client at `from`, with a form token and the cookies in `cookies`.
+async fn attempt_from(
+    http: &reqwest::Client,
+    base: &str,
+    from: &str,
+    name: &str,
+    password: &str,
+    cookies: &str,
+) -> reqwest::Response {
+    http.post(format!("{base}/admin/login"))
+        .header("x-forwarded-for", from)
+        .header("cookie", format!("sg_login={FORM_TOKEN}; {cookies}"))
+        .form(&[
+            ("csrf", FORM_TOKEN),
+            ("username", name),
+            ("password", password),
+        ])
+        .send()
+        .await
+        .expect("answer")
+}
+
+/// Whether an answer is the throttle's refusal (not the password checks' being busy).
+async fn throttled(resp: reqwest::Response) -> bool {
+    resp.status() == StatusCode::TOO_MANY_REQUESTS
+        && resp
+            .text()
+            .await
+            .expect("body")
+            .contains("Too many failed attempts")
+}
+
+/// What tells two login answers apart, short of the name echoed in the form.
+fn shape(resp: &reqwest::Response) -> (StatusCode, Vec<String>) {
+    let mut names: Vec<String> = resp.headers().keys().map(|k| k.to_string()).collect();
+    names.sort();
+    (resp.status(), names)
+}
+
+/// After ten attempts at random names from one address, an absent name and an admin's answer
+/// alike, and so they do once the address is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_answers_do_not_tell_known_names_from_unknown() {
+    let stage = stage_behind_proxy("enumerate").await;
+    let base = stage.base();
+    let http = client_from("127.0.0.1");
+    let from = "198.51.100.7";
+    for n in 0..10 {
+        let resp = attempt_from(&http, &base, from, &format!("random{n}"), "guess", "").await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "attempt {n}");
+    }
+    let absent = attempt_from(&http, &base, from, "bob", "guess", "").await;
+    let present = attempt_from(&http, &base, from, "alice", "guess", "").await;
+    assert_eq!(
+        shape(&absent),
+        shape(&present),
+        "bob and alice answer alike"
+    );
+    // Until the address itself is refused, for any name.
+    let mut last = None;
+    for n in 0..40 {
+        let resp = attempt_from(&http, &base, from, &format!("more{n}"), "guess", "").await;
+        if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+            last = Some(n);
+            break;
+        }
+    }
+    assert!(last.is_some(), "the address was never refused");
+    let absent = attempt_from(&http, &base, from, "bob", "guess", "").await;
+    let present = attempt_from(&http, &base, from, "alice", "guess", "").await;
+    assert_eq!(absent.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(shape(&absent), shape(&present), "refused alike");
+}
+
+/// Refused logins from a loop write one audit row per address (IPv6: its /64) per window,
+/// whose count says how many were refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_logins_write_one_audit_row_per_address() {
+    let stage = stage_behind_proxy("lockrows").await;
+    let base = stage.base();
+    let http = client_from("127.0.0.1");
+    let mut refused = 0;
+    for n in 0..60 {
+        // One IPv4 address, then two addresses of one IPv6 /64.
+        let from = match n {
+            0..30 => "198.51.100.9",
+            n if n % 2 == 0 => "2001:db8:5:6::1",
+            _ => "2001:db8:5:6::2",
+        };
+        let resp = attempt_from(&http, &base, from, "alice", "guess", "").await;
+        if throttled(resp).await {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 30, "only {refused} refused");
+    let rows: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT detail FROM audit_log WHERE action = 'login_locked' ORDER BY id",
+    )
+    .fetch_all(&stage.pool)
+    .await
+    .expect("audit");
+    assert_eq!(
+        rows.len(),
+        2,
+        "{} rows for {refused} refused attempts",
+        rows.len()
+    );
+    let counted: i64 = rows.iter().filter_map(|d| d["refused"].as_i64()).sum();
+    assert_eq!(counted, refused, "{rows:?}");
+}
+
+/// While a name is over its ceiling, the /64s of one /48 share one count: a large IPv6 block
+/// gets no more attempts than a small one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_ipv6_block_is_counted_by_its_48_while_a_name_is_attacked() {
+    let stage = stage_behind_proxy("block48").await;
+    let base = stage.base();
+    let http = client_from("127.0.0.1");
+    // Put alice over her ceiling from 120 networks at once (most are answered busy, and every
+    // one is counted).
+    let flood: Vec<_> = (0..120)
+        .map(|n| {
+            let (http, base) = (http.clone(), base.clone());
+            tokio::spawn(async move {
+                let from = format!("2001:db8:{n}::1");
+                attempt_from(&http, &base, &from, "alice", "guess", "")
+                    .await
+                    .status()
+            })
+        })
+        .collect();
+    for attempt in flood {
+        attempt.await.expect("task");
+    }
+    let mut checked = 0;
+    let mut refused = 0;
+    for n in 0..30 {
+        let from = format!("2001:db8:ffff:{n:x}::1");
+        let resp = attempt_from(&http, &base, &from, "alice", "guess", "").await;
+        match resp.status() {
+            StatusCode::UNAUTHORIZED => checked += 1,
+            _ if throttled(resp).await => refused += 1,
+            other => panic!("unexpected answer {other}"),
+        }
+    }
+    assert!(
+        checked <= 10,
+        "{checked} of 30 /64s in one /48 had their password checked"
+    );
+    assert_eq!(checked + refused, 30);
+}
+
+/// An admin whose browser logged in before keeps a password check of its own while a flood
+/// of guesses from many networks keeps the shared ones busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_on_a_known_device_logs_in_during_a_flood() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let stage = stage_behind_proxy("device").await;
+    let base = stage.base();
+    let admin = client_from("127.0.0.1");
+    let first = dashboard::log_in(&admin, &base, "alice", PASSWORD).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = Arc::new(AtomicUsize::new(0));
+    let attackers: Vec<_> = (0..12)
+        .map(|task| {
+            let (stop, busy, base) = (stop.clone(), busy.clone(), base.clone());
+            let http = client_from("127.0.0.2");
+            tokio::spawn(async move {
+                for n in 0..400 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let from = format!("2001:db8:{task:x}{n:03x}::1");
+                    let resp =
+                        attempt_from(&http, &base, &from, &format!("x{task}_{n}"), "guess", "")
+                            .await;
+                    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+                        busy.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let saturated = crate::support::app::wait_for(std::time::Duration::from_secs(20), || async {
+        busy.load(Ordering::Relaxed) >= 20
+    })
+    .await;
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(
+            dashboard::log_in(&admin, &base, "alice", PASSWORD)
+                .await
+                .status(),
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for attacker in attackers {
+        attacker.await.expect("attacker");
+    }
+    assert!(saturated, "the flood never kept the password checks busy");
+    assert_eq!(
+        answers,
+        [StatusCode::SEE_OTHER; 3],
+        "the admin was locked out"
+    );
 }
