@@ -46,11 +46,12 @@ impl TrustedProxies {
     }
 }
 
-/// The address group limits count by: an IPv4 address, or an IPv6 /64.
+/// The address group limits count by: an IPv4 address (a mapped one as itself), or an IPv6
+/// /64, since one subscriber or host is usually given a whole /64.
 pub fn group(ip: IpAddr) -> IpNet {
+    let ip = ip.to_canonical();
     let prefix = match ip {
         IpAddr::V4(_) => 32,
-        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => 128,
         IpAddr::V6(_) => 64,
     };
     IpNet::new(ip, prefix)

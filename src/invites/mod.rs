@@ -351,11 +351,10 @@ impl InviteService {
         at_ms: Option<u64>,
         facts: Facts,
     ) -> Result<Vec<Checked>, InviteError> {
-        let ip = invite.sender_ip.map(|ip| ip.to_string());
         let seen = InviteFacts {
             of: Subjects {
                 sender,
-                sender_ip: ip.as_deref(),
+                sender_ip: invite.sender_ip,
                 recipient: &invite.recipient,
                 recipient_domain: &invite.recipient_domain,
             },

@@ -15,7 +15,7 @@ use crate::coalesce::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::metrics::Metrics;
 use crate::rules::Signal;
-use crate::rules::contribution::is_new;
+use crate::rules::contribution::{Vouches, is_new};
 use crate::sender_key::SenderKey;
 use crate::webhooks::{self, EventType};
 
@@ -27,8 +27,8 @@ pub struct Standing {
     pub version: i64,
     /// Since when the sender exists: as the app said, else first seen; `None` if never seen.
     pub since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Invites of this sender the recipients accepted.
-    pub accepted: i64,
+    /// The acceptances that vouch for the sender.
+    pub vouched: Vouches,
     /// The banned sender this one was first seen near (same address within 30 days).
     pub linked_to: Option<String>,
 }
@@ -38,7 +38,10 @@ impl Standing {
         state: SenderState::Active,
         version: 1,
         since: None,
-        accepted: 0,
+        vouched: Vouches {
+            count: 0,
+            domains: 0,
+        },
         linked_to: None,
     };
 
@@ -50,7 +53,7 @@ impl Standing {
         days: i64,
         now: chrono::DateTime<chrono::Utc>,
     ) -> bool {
-        is_new(created.or(self.since), self.accepted, days, now)
+        is_new(created.or(self.since), self.vouched, days, now)
     }
 
     /// Whether the sender has never been seen.
@@ -64,7 +67,8 @@ struct StandingRow {
     state: String,
     version: i64,
     since: chrono::DateTime<chrono::Utc>,
-    accepted: i64,
+    vouched: i64,
+    vouched_domains: i32,
     linked_to: Option<String>,
 }
 
@@ -77,7 +81,10 @@ impl StandingRow {
             state,
             version: self.version,
             since: Some(self.since),
-            accepted: self.accepted,
+            vouched: Vouches {
+                count: self.vouched,
+                domains: usize::try_from(self.vouched_domains).unwrap_or(0),
+            },
             linked_to: self.linked_to,
         }
     }
@@ -160,7 +167,7 @@ async fn stored_standings(
         // whole table under a plan cached while the table was small. LIMIT keeps the planner
         // from turning the LATERAL probe back into a join.
         "SELECT k.n, s.state, s.version, COALESCE(s.created_in_app_at, s.first_seen_at) AS since,
-             s.accepted, s.linked_to
+             s.vouched, cardinality(s.vouched_domains) AS vouched_domains, s.linked_to
          FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS k(app_id, id, n),
              LATERAL (SELECT * FROM senders WHERE app_id = k.app_id AND id = k.id LIMIT 1) s",
     )

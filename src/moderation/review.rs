@@ -341,7 +341,11 @@ async fn clear_counters(
     for rule in &tripped {
         let subjects: Vec<String> = match rule.scope {
             Scope::Sender => vec![rules::sender_subject(sender)],
-            Scope::Ip => ips.iter().map(|ip| Scope::Ip.subject_of(ip)).collect(),
+            Scope::Ip => ips
+                .iter()
+                .filter_map(|ip| ip.parse().ok())
+                .map(|ip| rules::address_subject(sender.app_id, ip))
+                .collect(),
             // Recipients and the global count belong to others too: left as they are.
             Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
         };

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
 use crate::moderation::{self, Flag, SenderState, SenderStates};
+use crate::rules::contribution::{VOUCH_AFTER, VOUCHING_DOMAINS};
 use crate::rules::{Action, RuleCache, Signal, Subjects};
 use crate::sender_key::SenderKey;
 
@@ -155,11 +156,27 @@ impl Outcomes {
         .rows_affected()
             == 1;
         if new && kind == OutcomeType::Accepted {
-            sqlx::query("UPDATE senders SET accepted = accepted + 1 WHERE app_id = $1 AND id = $2")
-                .bind(sender.app_id)
-                .bind(&sender.id)
-                .execute(&mut *tx)
-                .await?;
+            // Every acceptance is counted for the reviewers; one vouches for the sender only
+            // as `contribution::vouches` says, and its domain is kept among the first few.
+            sqlx::query(
+                "UPDATE senders s SET accepted = accepted + 1,
+                     vouched = vouched + (CASE WHEN i.vouches THEN 1 ELSE 0 END),
+                     vouched_domains = CASE
+                         WHEN i.vouches AND NOT i.domain = ANY(vouched_domains)
+                             AND cardinality(vouched_domains) < $4
+                         THEN vouched_domains || i.domain ELSE vouched_domains END
+                 FROM (SELECT sent_at IS NOT NULL AND now() >= sent_at + $5 AS vouches,
+                           recipient_domain AS domain
+                       FROM invites WHERE id = $3) i
+                 WHERE s.app_id = $1 AND s.id = $2",
+            )
+            .bind(sender.app_id)
+            .bind(&sender.id)
+            .bind(invite_id)
+            .bind(VOUCHING_DOMAINS as i32)
+            .bind(VOUCH_AFTER)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         if !new {
@@ -273,7 +290,7 @@ impl Outcomes {
     ) -> Result<(), OutcomeError> {
         let subjects = Subjects {
             sender,
-            sender_ip: of.sender_ip.as_deref(),
+            sender_ip: of.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
             recipient: &of.recipient,
             recipient_domain: &of.recipient_domain,
         };

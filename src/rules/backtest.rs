@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use sqlx::PgPool;
 
-use super::contribution::{InviteFacts, is_new};
+use super::contribution::{InviteFacts, VOUCHING_DOMAINS, Vouches, is_new, vouches};
 use super::edit::ValidRule;
 use super::{Scope, Signal, Subjects};
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
@@ -106,7 +106,7 @@ impl Replayed {
         InviteFacts {
             of: Subjects {
                 sender,
-                sender_ip: self.sender_ip.as_deref(),
+                sender_ip: self.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
                 recipient: &self.recipient,
                 recipient_domain: &self.recipient_domain,
             },
@@ -209,7 +209,7 @@ pub async fn replay(
             let sender = SenderKey::new(o.app_id, o.sender_id.as_str());
             let of = Subjects {
                 sender: &sender,
-                sender_ip: o.sender_ip.as_deref(),
+                sender_ip: o.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
                 recipient: &o.recipient,
                 recipient_domain: &o.recipient_domain,
             };
@@ -286,11 +286,12 @@ fn arrays<'a>(senders: impl Iterator<Item = &'a SenderKey>) -> (Vec<i64>, Vec<&'
 }
 
 /// What decides whether the replayed senders were new at each moment: when each started (as
-/// the app said, else when first seen) and when their invites were accepted.
+/// the app said, else when first seen) and the acceptances that vouched for them.
 struct Newness {
     since: HashMap<SenderKey, Time>,
-    /// Each sender's acceptances, oldest first.
-    accepted: HashMap<SenderKey, Vec<Time>>,
+    /// Each sender's acceptances that vouch for it, oldest first, with their recipients'
+    /// domains.
+    vouching: HashMap<SenderKey, Vec<(Time, String)>>,
     days: i64,
 }
 
@@ -315,42 +316,44 @@ impl Newness {
             .into_iter()
             .map(|(app, id, since)| (SenderKey::new(app, id), since))
             .collect();
-        let rows: Vec<(i64, String, Time)> = sqlx::query_as(
-            "SELECT o.app_id, o.sender_id, o.at
+        type Acceptance = (i64, String, Time, Option<Time>, String);
+        let rows: Vec<Acceptance> = sqlx::query_as(
+            "SELECT o.app_id, o.sender_id, o.at, i.sent_at, i.recipient_domain
              FROM unnest($1::bigint[], $2::text[]) AS w (app_id, id)
              JOIN outcomes o ON o.app_id = w.app_id AND o.sender_id = w.id
+             JOIN invites i ON i.id = o.invite_id
              WHERE o.type = 'accepted' ORDER BY o.at",
         )
         .bind(&apps)
         .bind(&ids)
         .fetch_all(pool)
         .await?;
-        let mut accepted: HashMap<SenderKey, Vec<Time>> = HashMap::new();
-        for (app, id, at) in rows {
-            accepted
-                .entry(SenderKey::new(app, id))
-                .or_default()
-                .push(at);
+        let mut vouching: HashMap<SenderKey, Vec<(Time, String)>> = HashMap::new();
+        for (app, id, at, sent, domain) in rows {
+            if vouches(sent, at) {
+                let sender = SenderKey::new(app, id);
+                vouching.entry(sender).or_default().push((at, domain));
+            }
         }
         Ok(Newness {
             since,
-            accepted,
+            vouching,
             days,
         })
     }
 
     /// Whether `sender` counted as new at `at`, as the live decision saw it then.
     fn is_new(&self, sender: &SenderKey, at: Time) -> bool {
-        let accepted = self
-            .accepted
+        let before = self
+            .vouching
             .get(sender)
-            .map_or(0, |times| times.partition_point(|t| *t < at));
-        is_new(
-            self.since.get(sender).copied(),
-            accepted as i64,
-            self.days,
-            at,
-        )
+            .map_or(&[][..], |all| &all[..all.partition_point(|(t, _)| *t < at)]);
+        let domains: HashSet<&str> = before.iter().map(|(_, d)| d.as_str()).collect();
+        let vouched = Vouches {
+            count: before.len() as i64,
+            domains: domains.len().min(VOUCHING_DOMAINS),
+        };
+        is_new(self.since.get(sender).copied(), vouched, self.days, at)
     }
 }
 

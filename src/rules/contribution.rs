@@ -1,7 +1,7 @@
 //! What one invite adds to one rule: the subject it counts under, its cost and, for a distinct
 //! count, the member it counts. The live decision, the backtest, the threshold advisor and
 //! `sendguard simulate` all ask here, so a replay of recorded traffic gives each invite the
-//! answer the live check gave it.
+//! answer the live check gave it. So is whether a sender counts as new ([`is_new`]).
 
 use super::{Rule, Scope, Signal, Subjects, edit::ValidRule};
 use crate::signals::MemberKey;
@@ -60,16 +60,36 @@ impl Counting {
     }
 }
 
-/// Accepted invites after which a sender is no longer new, whatever their age.
-pub const NEW_UNTIL_ACCEPTED: i64 = 5;
+/// Acceptances that vouch for a sender after which it is no longer new, whatever its age.
+pub const NEW_UNTIL_VOUCHED: i64 = 5;
+/// Distinct recipient domains those acceptances must come from: a spammer accepting their own
+/// invites from mailboxes of one domain earns nothing.
+pub const VOUCHING_DOMAINS: usize = 3;
+/// An acceptance vouches only when it comes this long after the invite was sent: one that
+/// arrives at once is the sender clicking their own link.
+pub const VOUCH_AFTER: chrono::Duration = chrono::Duration::minutes(10);
+
+/// The acceptances that vouch for a sender: how many, and how many distinct recipient domains
+/// they came from (counted up to [`VOUCHING_DOMAINS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Vouches {
+    pub count: i64,
+    pub domains: usize,
+}
+
+/// Whether an acceptance at `at` of an invite sent at `sent` vouches for its sender.
+pub fn vouches(sent: Option<Time>, at: Time) -> bool {
+    sent.is_some_and(|sent| at >= sent + VOUCH_AFTER)
+}
 
 /// Whether a sender counts as new at `now`, for `new_senders_only` rules: younger than `days`
-/// (from `since`, when the account was made or first seen; a sender never seen is new) and
-/// with fewer than [`NEW_UNTIL_ACCEPTED`] accepted invites, since spammers' invites are rarely
-/// accepted.
-pub fn is_new(since: Option<Time>, accepted: i64, days: i64, now: Time) -> bool {
+/// (from `since`, when the account was made or first seen; a sender never seen is new), unless
+/// people vouched for it: [`NEW_UNTIL_VOUCHED`] acceptances from [`VOUCHING_DOMAINS`] domains,
+/// since spammers' invites are rarely accepted.
+pub fn is_new(since: Option<Time>, vouched: Vouches, days: i64, now: Time) -> bool {
     let age = since.map_or(chrono::Duration::zero(), |since| now - since);
-    age < chrono::Duration::days(days) && accepted < NEW_UNTIL_ACCEPTED
+    let trusted = vouched.count >= NEW_UNTIL_VOUCHED && vouched.domains >= VOUCHING_DOMAINS;
+    age < chrono::Duration::days(days) && !trusted
 }
 
 impl Rule {

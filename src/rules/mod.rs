@@ -2,12 +2,14 @@
 //! reloads when the table changes (LISTEN/NOTIFY, with a one-second poll as a safety net).
 
 use std::fmt;
+use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sqlx::PgPool;
 
+use crate::http;
 use crate::limiter::{Algorithm, Quota};
 use crate::sender_key::SenderKey;
 
@@ -50,7 +52,8 @@ impl Scope {
 /// What an invite can be counted by.
 pub struct Subjects<'a> {
     pub sender: &'a SenderKey,
-    pub sender_ip: Option<&'a str>,
+    /// The address the app asserts for its sender.
+    pub sender_ip: Option<IpAddr>,
     pub recipient: &'a str,
     pub recipient_domain: &'a str,
 }
@@ -61,7 +64,7 @@ impl Scope {
     pub fn subject(self, of: &Subjects<'_>) -> Option<String> {
         match self {
             Scope::Sender => Some(sender_subject(of.sender)),
-            Scope::Ip => of.sender_ip.map(|ip| self.subject_of(ip)),
+            Scope::Ip => of.sender_ip.map(|ip| address_subject(of.sender.app_id, ip)),
             Scope::Recipient => Some(self.subject_of(of.recipient)),
             Scope::RecipientDomain => Some(self.subject_of(of.recipient_domain)),
             Scope::Global => Some(self.subject_kind().to_owned()),
@@ -90,6 +93,12 @@ impl Scope {
             Scope::Global => "global",
         }
     }
+}
+
+/// The subject of an address for `ip` rules of app `app_id`. The app asserts the address, so
+/// each app's traffic counts apart; an IPv6 address counts by its /64 (`http::group`).
+pub fn address_subject(app_id: i64, ip: IpAddr) -> String {
+    Scope::Ip.subject_of(&format!("{app_id}:{}", http::group(ip)))
 }
 
 /// The subject of a sender's counters: the app is part of it, so two apps' senders of the

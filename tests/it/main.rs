@@ -1,5 +1,6 @@
 //! The integration tests, as one binary: one module per area, sharing `support`.
 
+mod addresses;
 mod admin_security;
 mod apps;
 mod dashboard_browser;

@@ -89,27 +89,31 @@ async fn a_backtest_gives_every_recorded_invite_its_live_verdict() {
         )
         .await;
     }
-    // A new sender whose invites were accepted five times is new no longer.
-    let mut vouched = Vec::new();
-    for k in 0..5 {
-        vouched.push(
-            send(
-                &api,
-                json!({"sender_id": "vouched", "recipient": format!("friend{k}@d{k}.test"),
-                       "message": plain}),
-            )
-            .await,
-        );
+    // A new sender whose invites people at five domains accepted, well after they were sent,
+    // is new no longer; one whose invites were accepted the moment they went out still is.
+    let mut accepted = Vec::new();
+    for sender in ["vouched", "hasty"] {
+        for k in 0..5 {
+            let to = format!("friend{k}@d{k}.test");
+            let body = json!({"sender_id": sender, "recipient": to, "message": plain});
+            accepted.push(send(&api, body).await);
+        }
     }
-    for id in &vouched {
+    stage.settle().await;
+    sqlx::query(
+        "UPDATE invites SET sent_at = now() - interval '20 minutes' WHERE sender_id = 'vouched'",
+    )
+    .execute(&stage.pool)
+    .await
+    .expect("sent earlier");
+    for id in &accepted {
         assert_eq!(api.event(id, "accepted").await, StatusCode::ACCEPTED);
     }
-    for to in ["h@x.test", "i@v.test"] {
-        send(
-            &api,
-            json!({"sender_id": "vouched", "recipient": to, "message": link}),
-        )
-        .await;
+    for sender in ["vouched", "hasty"] {
+        for to in ["h@x.test", "i@v.test"] {
+            let body = json!({"sender_id": sender, "recipient": to, "message": link});
+            send(&api, body).await;
+        }
     }
 
     let recorded: Vec<(uuid::Uuid, Value)> = sqlx::query_as("SELECT id, decision FROM invites")
@@ -125,7 +129,7 @@ async fn a_backtest_gives_every_recorded_invite_its_live_verdict() {
             live.insert((id.to_string(), name), (count, outcome));
         }
     }
-    assert_eq!(recorded.len(), 16);
+    assert_eq!(recorded.len(), 23);
 
     let mut replayed = Verdicts::new();
     for rule in sendguard::rules::load_all(&stage.pool)

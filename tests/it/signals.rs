@@ -301,20 +301,23 @@ async fn a_banned_senders_new_account_from_the_same_address_is_linked() {
     assert_eq!(held, 0, "another address is not linked");
 }
 
-/// Five accepted invites make a sender trusted enough: it is no longer new, whatever its age.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn accepted_invites_end_a_senders_newness() {
-    let stage = Stage::start("accepted", &[]).await;
-    let api = Api::new(stage.base(), api_key(&stage.pool).await);
-    let mut ids = Vec::new();
-    for n in 0..5 {
-        ids.push(api.accepted("welcome", &format!("f{n}@example.com")).await);
-    }
-    for id in &ids {
-        assert_eq!(api.event(id, "accepted").await, StatusCode::ACCEPTED);
-    }
+/// Marks `sender`'s invites as sent `minutes` ago, as if the outbox had sent them then.
+async fn sent_ago(pool: &PgPool, sender: &str, minutes: i32) {
+    sqlx::query(
+        "UPDATE invites SET status = 'sent', sent_at = now() - make_interval(mins => $2)
+         WHERE sender_id = $1",
+    )
+    .bind(sender)
+    .bind(minutes)
+    .execute(pool)
+    .await
+    .expect("sent");
+}
+
+/// Whether `sender`'s invite with a link (sent now) is held as a new sender's would be.
+async fn link_held(stage: &Stage, api: &Api, sender: &str) -> bool {
     let (_, id) = api
-        .send(json!({"sender_id": "welcome", "recipient": "g@example.com",
+        .send(json!({"sender_id": sender, "recipient": "g@example.com",
                      "message": "the plan is at plans.example.com/q3"}))
         .await;
     let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id = $1::uuid")
@@ -322,9 +325,71 @@ async fn accepted_invites_end_a_senders_newness() {
         .fetch_one(&stage.pool)
         .await
         .expect("invite");
-    assert_ne!(
-        status, "held",
+    status == "held"
+}
+
+/// Sends five invites from `sender` to `recipients` and has each accepted.
+async fn five_accepted(stage: &Stage, api: &Api, sender: &str, recipients: [&str; 5], ago: i32) {
+    let mut ids = Vec::new();
+    for to in recipients {
+        ids.push(api.accepted(sender, to).await);
+    }
+    stage.settle().await;
+    sent_ago(&stage.pool, sender, ago).await;
+    for id in &ids {
+        assert_eq!(api.event(id, "accepted").await, StatusCode::ACCEPTED);
+    }
+}
+
+/// Five invites accepted by people at three or more domains, each at least ten minutes after
+/// it was sent, make a sender trusted enough: it is no longer new, whatever its age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_invites_end_a_senders_newness() {
+    let stage = Stage::start("accepted", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let people = [
+        "f0@a.example",
+        "f1@b.example",
+        "f2@c.example",
+        "f3@a.example",
+        "f4@b.example",
+    ];
+    five_accepted(&stage, &api, "welcome", people, 20).await;
+    assert!(
+        !link_held(&stage, &api, "welcome").await,
         "a sender with five accepted invites is not new"
+    );
+}
+
+/// A spammer cannot vouch for themselves: acceptances at once after sending, or all from one
+/// domain (their own mailboxes), earn no trust.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acceptances_at_once_or_from_one_domain_earn_no_trust() {
+    let stage = Stage::start("self_vouch", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let spread = [
+        "s0@a.example",
+        "s1@b.example",
+        "s2@c.example",
+        "s3@d.example",
+        "s4@e.example",
+    ];
+    five_accepted(&stage, &api, "hasty", spread, 0).await;
+    assert!(
+        link_held(&stage, &api, "hasty").await,
+        "accepted the moment they were sent"
+    );
+    let own = [
+        "m0@own.example",
+        "m1@own.example",
+        "m2@own.example",
+        "m3@own.example",
+        "m4@own.example",
+    ];
+    five_accepted(&stage, &api, "mailboxes", own, 20).await;
+    assert!(
+        link_held(&stage, &api, "mailboxes").await,
+        "all from one domain"
     );
 }
 

@@ -173,8 +173,10 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
     let sender_ip = match invite.sender_ip {
         None => None,
         Some(ip) => Some(
+            // A mapped address (`::ffff:a.b.c.d`) is its IPv4 address, recorded and counted so.
             IpAddr::from_str(&ip)
-                .map_err(|_| field_error("sender_ip", "must be an IPv4 or IPv6 address"))?,
+                .map_err(|_| field_error("sender_ip", "must be an IPv4 or IPv6 address"))?
+                .to_canonical(),
         ),
     };
 
