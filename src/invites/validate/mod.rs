@@ -13,7 +13,9 @@ use utoipa::openapi::schema::{
 mod fields;
 
 use crate::apps::App;
-use fields::{field_error, optional_line, recipient, reorders, required, single_line, text};
+use fields::{
+    field_error, optional_line, reads_as_link, recipient, reorders, required, single_line, text,
+};
 
 /// Longest `sender_id`, in characters.
 const SENDER_ID_MAX: usize = 128;
@@ -187,10 +189,7 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
     let sender_name = optional_line("sender_name", invite.sender_name, SENDER_NAME_MAX)?;
     // The name goes into the Subject under the operator's domain: a name that reads as a
     // domain, a URL or an address ("paypal.com security") would lend it that authority.
-    if sender_name
-        .as_deref()
-        .is_some_and(crate::signals::links::has_link)
-    {
+    if sender_name.as_deref().is_some_and(reads_as_link) {
         return Err(field_error(
             "sender_name",
             "must be a person's name, not a domain, URL or email address",
