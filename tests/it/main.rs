@@ -26,4 +26,5 @@ mod signals;
 mod slow_clients;
 mod support;
 mod transport;
+mod unauthenticated_floods;
 mod webhooks;
