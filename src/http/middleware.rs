@@ -19,8 +19,9 @@ use super::{ApiError, ApiKeys, ClientAddr, ErrorCause, TrustedProxies};
 use crate::metrics::{DependencyError, Metrics, Route};
 
 /// Of a group's budget, what one client address (IPv6: its /64) may hold before a key is
-/// known: a sixteenth.
-const CLIENT_SHARE: usize = 16;
+/// known: an eighth (32 of the dashboard's requests, more than a browser or an office behind
+/// one address sends at once).
+const CLIENT_SHARE: usize = 8;
 /// Of the API's budget, what one key may hold: a quarter, so that one app's burst leaves the
 /// others theirs.
 const KEY_SHARE: usize = 4;
