@@ -48,9 +48,12 @@ async fn hold(to: SocketAddr, sources: &[&str], per_source: usize, head: &str) -
             }
         }
     }
-    // The server reads every head before the requests under test are sent.
-    tokio::time::sleep(Duration::from_secs(1)).await;
     held
+}
+
+/// Lets the server read every head before the requests under test are sent.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 fn half_sent(method_path: &str, authorization: &str) -> String {
@@ -69,6 +72,7 @@ async fn keyless_half_sent_invites_leave_the_api_to_callers_with_a_key() {
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let head = half_sent("POST /api/v1/invites", "");
     let held = hold(stage.app.addr, &SOURCES, 256, &head).await;
+    settle().await;
     assert!(held.len() > 1100, "only {} connections held", held.len());
 
     let invite = tokio::time::timeout(
@@ -99,6 +103,7 @@ async fn unknown_paths_leave_the_health_checks_their_budget() {
     let stage = Stage::start("unknownpath", &[]).await;
     let head = half_sent("POST /nonexistent", "");
     let held = hold(stage.app.addr, &SOURCES[..1], 64, &head).await;
+    settle().await;
     assert_eq!(held.len(), 64);
 
     let http = reqwest::Client::new();
@@ -126,6 +131,7 @@ async fn one_address_holds_only_a_share_of_the_dashboard() {
                 Content-Type: application/x-www-form-urlencoded\r\n\
                 Content-Length: 100\r\n\r\nc";
     let held = hold(stage.app.addr, &SOURCES[..1], 256, head).await;
+    settle().await;
     assert_eq!(held.len(), 256);
 
     let status = tokio::time::timeout(
@@ -160,6 +166,7 @@ async fn one_key_cannot_take_the_api_from_another_app() {
         &format!("Authorization: Bearer {greedy}\r\n"),
     );
     let held = hold(stage.app.addr, &SOURCES, 256, &head).await;
+    settle().await;
     assert!(held.len() > 1100, "only {} connections held", held.len());
 
     let invite = tokio::time::timeout(
@@ -169,5 +176,44 @@ async fn one_key_cannot_take_the_api_from_another_app() {
     .await
     .expect("the invite is answered while the flood holds");
     assert_eq!(invite.0, StatusCode::OK, "another app's invite");
+    drop(held);
+}
+
+/// One key's half-sent invites hold at most a quarter of the API's budget (256) while their
+/// bodies are awaited: beyond it that key is answered 503 at once, while another app's key is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_holds_only_a_quarter_of_the_api() {
+    sendguard::startup::raise_open_file_limit();
+    let stage = Stage::start("keyquarter", &[]).await;
+    sendguard::apps::store::create(&stage.pool, "other", Default::default(), false, "test")
+        .await
+        .expect("app");
+    let greedy = Api::new(stage.base(), api_key(&stage.pool).await);
+    let other = Api::new(stage.base(), app_key(&stage.pool, "other").await);
+    let head = half_sent(
+        "POST /api/v1/invites",
+        &format!("Authorization: Bearer {}\r\n", greedy.key),
+    );
+    // Sent without a pause: the API waits at most 2 s for these bodies.
+    let held = hold(stage.app.addr, &SOURCES[..2], 150, &head).await;
+    assert_eq!(held.len(), 300);
+
+    let mut refused = false;
+    for n in 0..20 {
+        let (status, _) = greedy
+            .send(json!({"sender_id": format!("g{n}"), "recipient": format!("g{n}@example.com")}))
+            .await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "a key holding 300 requests was never refused");
+    let (status, _) = other
+        .send(json!({"sender_id": "calm", "recipient": "calm@example.com"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "another app's invite");
     drop(held);
 }
