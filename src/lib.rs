@@ -34,6 +34,7 @@ pub mod urls;
 pub mod webhooks;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::FromRef;
@@ -44,11 +45,15 @@ use tokio::sync::Semaphore;
 pub use startup::{Running, StartError};
 
 /// Requests in flight per route group; more are answered 503 at once. The groups draw on
-/// separate budgets, so a saturated dashboard leaves the API all of its own.
+/// separate budgets, so a saturated dashboard leaves the API all of its own, and a request
+/// takes its group's budget only once its body is in (`http::guard`).
 const API_IN_FLIGHT: usize = 1024;
 const DASHBOARD_IN_FLIGHT: usize = 256;
 const OPS_IN_FLIGHT: usize = 64;
 const RECIPIENT_IN_FLIGHT: usize = 128;
+/// How long an invite's or an event's body (at most 16 KiB) may take to arrive, when the read
+/// timeout is longer: a client worth serving sends it in far less.
+const API_BODY_DEADLINE: Duration = Duration::from_secs(2);
 /// Largest body of a recipient's page post (the one-click body is 26 bytes).
 const RECIPIENT_BODY: usize = 4 * 1024;
 /// Largest body of a dashboard form.
@@ -64,7 +69,6 @@ struct AppState(Arc<Parts>);
 struct Parts {
     invites: invites::http::InviteApi,
     events: outcomes::http::Events,
-    api_keys: http::ApiKeys,
     dashboard: admin::Dashboard,
     recipients: recipients::pages::RecipientPages,
     trusted: http::TrustedProxies,
@@ -85,20 +89,33 @@ macro_rules! from_parts {
 from_parts!(
     invites: invites::http::InviteApi,
     events: outcomes::http::Events,
-    api_keys: http::ApiKeys,
     dashboard: admin::Dashboard,
     recipients: recipients::pages::RecipientPages,
     trusted: http::TrustedProxies,
     ops: ops::Ops,
 );
 
-/// The public router: the API, the dashboard and the probes, each group with its own budget
-/// of requests in flight and its own body bound.
-fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> Router {
+/// The public router: the API, the dashboard and the probes, each group behind its own guard
+/// (`http::guard`): its own budget of requests in flight, its own body bound. Unknown paths are
+/// answered at once, without a body or a budget.
+fn router(
+    state: AppState,
+    keys: http::ApiKeys,
+    cfg: &config::Config,
+    metrics: &metrics::Metrics,
+) -> Router {
     let deadline = cfg.read_timeout();
     let body = |max_bytes| http::BodyLimit {
         max_bytes,
         deadline,
+    };
+    let guard = |gate, budget, body| {
+        from_fn_with_state(http::Edge::new(gate, budget, body, metrics), http::guard)
+    };
+    let by_client = || http::Gate::Client(state.0.trusted.clone());
+    let api_body = http::BodyLimit {
+        max_bytes: invites::http::MAX_BODY,
+        deadline: deadline.min(API_BODY_DEADLINE),
     };
     let api = Router::new()
         .route(
@@ -109,20 +126,8 @@ fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> 
             "/api/v1/events",
             post(outcomes::http::record).fallback(http::method_not_allowed),
         )
-        .layer(from_fn_with_state(
-            body(invites::http::MAX_BODY),
-            http::read_body,
-        ))
-        .layer(from_fn_with_state(
-            http::Edge::new(API_IN_FLIGHT, metrics),
-            http::observe,
-        ));
-    let dashboard = admin::router()
-        .layer(from_fn_with_state(body(FORM_BODY), http::read_body))
-        .layer(from_fn_with_state(
-            http::Edge::new(DASHBOARD_IN_FLIGHT, metrics),
-            http::observe,
-        ));
+        .layer(guard(http::Gate::ApiKey(keys), API_IN_FLIGHT, api_body));
+    let dashboard = admin::router().layer(guard(by_client(), DASHBOARD_IN_FLIGHT, body(FORM_BODY)));
     let recipient_pages = Router::new()
         .route(
             "/r/{invite}/unsubscribe",
@@ -132,27 +137,24 @@ fn router(state: AppState, cfg: &config::Config, metrics: &metrics::Metrics) -> 
             "/r/{invite}/report",
             get(recipients::pages::report_page).post(recipients::pages::report),
         )
-        .layer(from_fn_with_state(body(RECIPIENT_BODY), http::read_body))
-        .layer(from_fn_with_state(
-            http::Edge::new(RECIPIENT_IN_FLIGHT, metrics),
-            http::observe,
+        .layer(guard(
+            by_client(),
+            RECIPIENT_IN_FLIGHT,
+            body(RECIPIENT_BODY),
         ));
     let probes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/api/openapi.json", get(openapi::serve))
-        .fallback(http::not_found)
-        .layer(from_fn_with_state(body(FORM_BODY), http::read_body))
-        .layer(from_fn_with_state(
-            http::Edge::new(OPS_IN_FLIGHT, metrics),
-            http::observe,
-        ));
+        .layer(guard(by_client(), OPS_IN_FLIGHT, body(FORM_BODY)));
     let headers = http::SecurityHeaders {
         hsts: cfg.public_url.starts_with("https://"),
     };
     api.merge(dashboard)
         .merge(recipient_pages)
         .merge(probes)
+        .fallback(http::not_found)
+        .layer(from_fn_with_state(metrics.clone(), http::observe))
         .layer(map_response_with_state(headers, http::security_headers))
         .with_state(state)
 }
@@ -182,11 +184,6 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
         events: outcomes::http::Events {
             outcomes: services.outcomes.clone(),
         },
-        api_keys: http::ApiKeys {
-            pool: services.pool.clone(),
-            cache: services.api_keys.clone(),
-            lookups: Arc::new(Semaphore::new(KEY_LOOKUPS)),
-        },
         dashboard: services.dashboard.clone(),
         recipients: recipients::pages::RecipientPages {
             pool: services.pool.clone(),
@@ -197,6 +194,11 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
         trusted: services.trusted.clone(),
         ops: ops.clone(),
     }));
-    let app = router(state, cfg, &services.metrics);
+    let keys = http::ApiKeys {
+        pool: services.pool.clone(),
+        cache: services.api_keys.clone(),
+        lookups: Arc::new(Semaphore::new(KEY_LOOKUPS)),
+    };
+    let app = router(state, keys, cfg, &services.metrics);
     startup::launch(cfg, services, app, metrics_router(ops)).await
 }

@@ -1,8 +1,9 @@
-//! The API-key extractor: `Authorization: Bearer <key>`.
+//! The API key: `Authorization: Bearer <key>`, checked by `http::guard` before the body is read;
+//! the extractor hands handlers the key it found.
 
-use axum::extract::{FromRef, FromRequestParts};
-use axum::http::header;
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,34 +33,41 @@ pub struct ApiKey {
     pub app_id: i64,
 }
 
-impl<S> FromRequestParts<S> for ApiKey
-where
-    ApiKeys: FromRef<S>,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let keys = ApiKeys::from_ref(state);
-        let key = parts
-            .headers
+impl ApiKeys {
+    /// The live key `headers` carry. A malformed key is refused without a query, and uncached
+    /// keys wait only briefly for one of the few lookups at once.
+    pub(super) async fn check(&self, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
+        let key = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|k| api_keys::well_formed(k))
             .ok_or(ApiError::Unauthorized)?;
-        if let Some((id, app_id)) = keys.cache.cached(key) {
+        if let Some((id, app_id)) = self.cache.cached(key) {
             return Ok(ApiKey { id, app_id });
         }
-        let _permit = tokio::time::timeout(LOOKUP_WAIT, keys.lookups.acquire())
+        let _permit = tokio::time::timeout(LOOKUP_WAIT, self.lookups.acquire())
             .await
             .ok()
             .and_then(Result::ok)
             .ok_or_else(|| ApiError::unavailable("too many key checks at once; retry shortly"))?;
-        api_keys::verify(&keys.pool, &keys.cache, key)
+        api_keys::verify(&self.pool, &self.cache, key)
             .await?
             .map(|(id, app_id)| ApiKey { id, app_id })
+            .ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// The key `http::guard` checked before the request's body was read.
+impl<S: Send + Sync> FromRequestParts<S> for ApiKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<ApiKey>()
+            .copied()
             .ok_or(ApiError::Unauthorized)
     }
 }

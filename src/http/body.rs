@@ -1,13 +1,12 @@
 //! Deadlines and bounds for request bodies, on every route: a body must arrive whole within
-//! the read timeout and stay under its route group's size, or the request is answered (408,
-//! 413) and its connection freed. Handlers then read a body already in memory.
+//! its route group's deadline and stay under its size, or the request is answered (408, 413)
+//! and its connection freed. Handlers then read a body already in memory.
 
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
@@ -19,7 +18,8 @@ pub struct BodyLimit {
     pub deadline: Duration,
 }
 
-pub async fn read_body(State(limit): State<BodyLimit>, request: Request, next: Next) -> Response {
+/// The request with its body read whole, or the answer that refuses it.
+pub(super) async fn read(limit: BodyLimit, request: Request) -> Result<Request, Response> {
     let (parts, body) = request.into_parts();
     let api = parts.uri.path().starts_with("/api/");
     let refuse = |status: StatusCode, api_error: ApiError| {
@@ -37,17 +37,16 @@ pub async fn read_body(State(limit): State<BodyLimit>, request: Request, next: N
         match tokio::time::timeout(limit.deadline, axum::body::to_bytes(body, limit.max_bytes))
             .await
         {
-            Err(_) => return refuse(StatusCode::REQUEST_TIMEOUT, ApiError::Timeout),
+            Err(_) => return Err(refuse(StatusCode::REQUEST_TIMEOUT, ApiError::Timeout)),
             Ok(Err(_)) => {
-                return refuse(
+                return Err(refuse(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     ApiError::TooLarge(limit.max_bytes),
-                );
+                ));
             }
             Ok(Ok(bytes)) => bytes,
         };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// Refuses a body that is not declared as JSON (415), before it is parsed.

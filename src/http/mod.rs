@@ -1,5 +1,5 @@
 //! Shared HTTP pieces: problem+json errors, the API-key and client-address extractors, body
-//! deadlines, the request middleware and the server loop.
+//! deadlines, shares of a budget, the request middleware and the server loop.
 
 mod address;
 mod api_key;
@@ -7,15 +7,16 @@ mod body;
 mod error;
 mod middleware;
 pub mod server;
+mod shares;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 pub use address::{ClientAddr, TrustedProxies, group};
 pub use api_key::{ApiKey, ApiKeys};
-pub use body::{BodyLimit, read_body, require_json};
+pub use body::{BodyLimit, require_json};
 pub use error::{ApiError, ErrorCause, Problem, RateLimited, RetryAfter};
-pub use middleware::{Edge, SecurityHeaders, observe, security_headers};
+pub use middleware::{Edge, Gate, SecurityHeaders, guard, observe, security_headers};
 
 /// Unknown paths: a problem under /api/, a plain 404 elsewhere.
 pub async fn not_found(uri: axum::http::Uri) -> Response {

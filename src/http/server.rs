@@ -3,9 +3,7 @@
 //! cannot take the service from others. HTTP/2 is not spoken: a client that starts its preface
 //! is an HTTP/1 client with unfinished headers, cut off by the same deadline.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -13,11 +11,11 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use ipnet::IpNet;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::address::{TrustedProxies, group};
+use super::shares::Shares;
 
 /// How long requests in flight may take to finish once `stop` is cancelled.
 const DRAIN: Duration = Duration::from_secs(30);
@@ -33,44 +31,6 @@ pub struct Settings {
     pub trusted: TrustedProxies,
 }
 
-/// Open connections by client address group.
-#[derive(Default)]
-struct Open(Mutex<HashMap<IpNet, usize>>);
-
-impl Open {
-    /// Counts a connection in, unless its group already holds `cap`.
-    fn admit(self: &Arc<Self>, client: IpNet, cap: usize) -> Option<Slot> {
-        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = open.entry(client).or_default();
-        if *n >= cap {
-            return None;
-        }
-        *n += 1;
-        Some(Slot {
-            open: self.clone(),
-            client,
-        })
-    }
-}
-
-/// One open connection, counted out when dropped.
-struct Slot {
-    open: Arc<Open>,
-    client: IpNet,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.open.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = open.get_mut(&self.client) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.client);
-            }
-        }
-    }
-}
-
 /// Serves connections until `stop` is cancelled, then lets requests in flight finish.
 pub async fn serve(
     listener: TcpListener,
@@ -79,7 +39,8 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
-    let open = Arc::new(Open::default());
+    // Open connections by client address group.
+    let open = Shares::default();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -100,7 +61,7 @@ pub async fn serve(
         let slot = if settings.per_client == 0 || settings.trusted.contains(peer.ip()) {
             None
         } else {
-            match open.admit(group(peer.ip()), settings.per_client) {
+            match open.take(group(peer.ip()), settings.per_client) {
                 Some(slot) => Some(slot),
                 // Closed at once: this address holds its share already.
                 None => continue,

@@ -123,3 +123,67 @@ async fn recipients_are_counted_as_one_whatever_their_case_or_script() {
         "the encoded address is the one sent to"
     );
 }
+
+/// Invisible format characters, and names that read as a domain once normalised or once their
+/// look-alike dots are read as dots, are refused naming the field (docs/DESIGN.md §4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invisible_characters_and_look_alike_names_are_refused() {
+    let stage = Stage::start("lookalike", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let named =
+        |name: &str| json!({"sender_id": "u", "recipient": "ana@example.com", "sender_name": name});
+    let mut cases = vec![
+        (
+            json!({"sender_id": "u\u{200b}", "recipient": "ana@example.com"}),
+            "sender_id",
+        ),
+        (
+            json!({"sender_id": "u", "recipient": "ana@example.com", "resource": "doc\u{00ad}42"}),
+            "resource",
+        ),
+    ];
+    for name in [
+        "paypal\u{200b}.com",
+        "PayPal.Com",
+        "Paypal.Com Security",
+        "paypal . com",
+        "paypal·com",
+        "paypal,com",
+        "Bo\u{2060}b",
+        "\u{feff}Bo",
+        "Bo\u{00ad}b",
+        // Joiners where no script needs them.
+        "pay\u{200c}pal",
+        "Bo\u{200d}b",
+    ] {
+        cases.push((named(name), "sender_name"));
+    }
+    for (body, field) in cases {
+        assert_eq!(
+            field_refused(&api, body.clone()).await.as_deref(),
+            Some(field),
+            "{body}"
+        );
+    }
+
+    // Joiners where a script or an emoji needs them, and commas in prose, pass.
+    for (n, name) in [
+        "👩\u{200d}💻 Ana",
+        "👩🏽\u{200d}💻",
+        "🏳\u{fe0f}\u{200d}🌈 Bo",
+        "می\u{200c}خواهم",
+        "क्\u{200d}षमा",
+        "Acme, Inc",
+        "Ana, Paris",
+        "Dr. Love",
+        "J. R. R. Tolkien",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (status, _) = api
+            .send(json!({"sender_id": format!("ok{n}"), "recipient": format!("r{n}@example.com"), "sender_name": name}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{name}");
+    }
+}

@@ -28,4 +28,5 @@ mod signals;
 mod slow_clients;
 mod support;
 mod transport;
+mod unauthenticated_floods;
 mod webhooks;

@@ -4,6 +4,11 @@
 
 use std::net::IpAddr;
 
+use icu_normalizer::ComposingNormalizerBorrowed;
+use icu_properties::props::{
+    CanonicalCombiningClass, EmojiModifier, ExtendedPictographic, GeneralCategory, JoiningType,
+};
+use icu_properties::{CodePointMapData, CodePointSetData};
 use serde_json::{Map, Value};
 
 use super::{InvalidBody, RECIPIENT_MAX};
@@ -41,7 +46,7 @@ pub(super) fn reorders(c: char) -> bool {
 }
 
 /// Single-line text: no control characters (no header can be injected through it), no bidi
-/// controls, no line or paragraph separators.
+/// controls, no line or paragraph separators, no invisible format characters.
 pub(super) fn single_line(field: &'static str, value: &str, max: usize) -> Result<(), InvalidBody> {
     if value.chars().count() > max {
         return Err(field_error(
@@ -61,7 +66,102 @@ pub(super) fn single_line(field: &'static str, value: &str, max: usize) -> Resul
     if value.contains(['\u{2028}', '\u{2029}']) {
         return Err(field_error(field, "must be a single line"));
     }
+    if let Some(c) = invisible(value) {
+        return Err(field_error(
+            field,
+            format!(
+                "must not contain invisible format characters (U+{:04X})",
+                u32::from(c)
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// The first format character (category Cf: soft hyphen, zero-width space, word joiner, byte
+/// order mark, ...) in `value` that no script needs there: such characters make look-alikes of
+/// names and ids. The joiners pass where IDNA's ContextJ rules (RFC 5892, appendix A) allow
+/// them, after a virama or, for U+200C, between letters that join (Persian, Arabic), and
+/// U+200D also between two emoji of a sequence (👩‍💻).
+fn invisible(value: &str) -> Option<char> {
+    let category = CodePointMapData::<GeneralCategory>::new();
+    value.char_indices().find_map(|(i, c)| {
+        if category.get(c) != GeneralCategory::Format {
+            return None;
+        }
+        let before = value.get(..i).unwrap_or_default().chars().rev();
+        let after = value.get(i + c.len_utf8()..).unwrap_or_default().chars();
+        let allowed = match c {
+            '\u{200C}' => after_virama(before.clone()) || joins(before, after),
+            '\u{200D}' => after_virama(before.clone()) || between_emoji(before, after),
+            _ => false,
+        };
+        (!allowed).then_some(c)
+    })
+}
+
+fn after_virama(mut before: impl Iterator<Item = char>) -> bool {
+    let class = CodePointMapData::<CanonicalCombiningClass>::new();
+    before
+        .next()
+        .is_some_and(|c| class.get(c) == CanonicalCombiningClass::Virama)
+}
+
+/// ContextJ's rule for U+200C: a left- or dual-joining letter before it and a right- or
+/// dual-joining one after it, transparent marks aside.
+fn joins(before: impl Iterator<Item = char>, after: impl Iterator<Item = char>) -> bool {
+    let joining = CodePointMapData::<JoiningType>::new();
+    let mut before = before
+        .map(|c| joining.get(c))
+        .skip_while(|&t| t == JoiningType::Transparent);
+    let mut after = after
+        .map(|c| joining.get(c))
+        .skip_while(|&t| t == JoiningType::Transparent);
+    before
+        .next()
+        .is_some_and(|t| matches!(t, JoiningType::LeftJoining | JoiningType::DualJoining))
+        && after
+            .next()
+            .is_some_and(|t| matches!(t, JoiningType::RightJoining | JoiningType::DualJoining))
+}
+
+/// An emoji before U+200D (with its variation selector or skin tone) and one after it.
+fn between_emoji(
+    before: impl Iterator<Item = char>,
+    mut after: impl Iterator<Item = char>,
+) -> bool {
+    let pictographic = CodePointSetData::new::<ExtendedPictographic>();
+    let modifier = CodePointSetData::new::<EmojiModifier>();
+    let mut before = before.skip_while(|&c| c == '\u{FE0F}' || modifier.contains(c));
+    before.next().is_some_and(|c| pictographic.contains(c))
+        && after.next().is_some_and(|c| pictographic.contains(c))
+}
+
+/// Whether a name reads as a domain, URL or address once normalised as a reader's eye takes it:
+/// NFKC (full-width and styled letters are plain ones), lower case (`PayPal.Com` is the domain
+/// it imitates), and the look-alike dots read as dots: middle dots, a dot with blanks before it
+/// (`paypal . com`) and a comma with no blank after it (`paypal,com`; `Acme, Inc` is a name).
+pub(super) fn reads_as_link(name: &str) -> bool {
+    let name = ComposingNormalizerBorrowed::new_nfkc()
+        .normalize(name)
+        .to_lowercase();
+    let mut read = String::with_capacity(name.len());
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' | '·' | '\u{2027}' | '\u{2219}' | '\u{22C5}' | '\u{30FB}' => {
+                let joined = read.trim_end_matches([' ', '\t']).len();
+                if joined < read.len() {
+                    read.truncate(joined);
+                    while chars.next_if(|&n| n == ' ' || n == '\t').is_some() {}
+                }
+                read.push('.');
+            }
+            ',' if chars.peek().is_some_and(|n| !n.is_whitespace()) => read.push('.'),
+            _ => read.push(c),
+        }
+    }
+    crate::signals::links::has_link(&read)
 }
 
 /// A recipient as it is counted and sent to: the domain lower-cased and IDNA-encoded, the local

@@ -13,7 +13,9 @@ use utoipa::openapi::schema::{
 mod fields;
 
 use crate::apps::App;
-use fields::{field_error, optional_line, recipient, reorders, required, single_line, text};
+use fields::{
+    field_error, optional_line, reads_as_link, recipient, reorders, required, single_line, text,
+};
 
 /// Longest `sender_id`, in characters.
 const SENDER_ID_MAX: usize = 128;
@@ -41,7 +43,7 @@ const SENDER_NAME_MAX: usize = 128;
     "sender_created_at": "2025-01-15T09:30:00Z"
 })))]
 pub struct Invite {
-    /// The sender's account in the calling app; no control characters.
+    /// The sender's account in the calling app; no control or invisible format characters.
     #[schema(
         min_length = 1,
         max_length = 128,
@@ -58,8 +60,9 @@ pub struct Invite {
     pub recipient: String,
     #[schema(schema_with = ip_address)]
     pub sender_ip: Option<String>,
-    /// What the sender invites to, in the calling app; single line, and not `.` or `..`
-    /// (an app's link template may put it in a path segment).
+    /// What the sender invites to, in the calling app; single line (no control or invisible
+    /// format characters), and not `.` or `..` (an app's link template may put it in a path
+    /// segment).
     #[schema(max_length = 256, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub resource: Option<String>,
     /// The sender's own words. Line breaks and tabs allowed; no other control characters.
@@ -68,8 +71,9 @@ pub struct Invite {
         pattern = r"^[^\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]*$"
     )]
     pub message: Option<String>,
-    /// The sender's name as the email shows it: a person's name, not a domain, URL or address;
-    /// single line.
+    /// The sender's name as the email shows it: a person's name, not a domain, URL or address,
+    /// whatever its case or look-alike dots (`PayPal.Com`, `paypal . com`, `paypal,com`);
+    /// single line (no control or invisible format characters).
     #[schema(max_length = 128, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub sender_name: Option<String>,
     /// When the account was created in the calling app (RFC 3339); a sender younger than
@@ -189,10 +193,7 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
     let sender_name = optional_line("sender_name", invite.sender_name, SENDER_NAME_MAX)?;
     // The name goes into the Subject under the operator's domain: a name that reads as a
     // domain, a URL or an address ("paypal.com security") would lend it that authority.
-    if sender_name
-        .as_deref()
-        .is_some_and(crate::signals::links::has_link)
-    {
+    if sender_name.as_deref().is_some_and(reads_as_link) {
         return Err(field_error(
             "sender_name",
             "must be a person's name, not a domain, URL or email address",

@@ -212,3 +212,57 @@ fn non_objects_are_refused() {
     assert_eq!(parse(b"[1]"), Err(InvalidBody::NotAnObject));
     assert!(matches!(parse(b"{"), Err(InvalidBody::NotJson(_))));
 }
+
+/// The field an invite with `sender_name` set to `name` is refused for, if any.
+fn name_refused(name: &str) -> Option<&'static str> {
+    field_of(
+        &serde_json::json!({"sender_id": "u", "recipient": "a@b.co", "sender_name": name})
+            .to_string(),
+    )
+}
+
+#[test]
+fn format_characters_are_refused_but_joiners_where_a_script_needs_them() {
+    for refused in [
+        "a\u{200b}b",
+        "a\u{00ad}b",
+        "\u{feff}a",
+        "a\u{2060}",
+        "ab\u{200d}",
+        "a\u{200c}b",
+    ] {
+        assert_eq!(name_refused(refused), Some("sender_name"), "{refused:?}");
+    }
+    for allowed in [
+        "👩\u{200d}💻",
+        "👩🏽\u{200d}💻",
+        "می\u{200c}خواهم",
+        "क्\u{200d}ष",
+        "क्\u{200c}ष",
+    ] {
+        assert_eq!(name_refused(allowed), None, "{allowed:?}");
+    }
+}
+
+#[test]
+fn names_are_read_as_the_domains_they_imitate() {
+    for domain in [
+        "PayPal.Com",
+        "ＰａｙＰａｌ．ｃｏｍ",
+        "paypal . com",
+        "paypal .com",
+        "paypal·com",
+        "paypal,com",
+    ] {
+        assert_eq!(name_refused(domain), Some("sender_name"), "{domain}");
+    }
+    for name in [
+        "Acme, Inc",
+        "Ana, Paris",
+        "Dr. Love",
+        "J. R. R. Tolkien",
+        "Ana,",
+    ] {
+        assert_eq!(name_refused(name), None, "{name}");
+    }
+}
