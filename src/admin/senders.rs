@@ -18,6 +18,7 @@ use super::layout::Layout;
 use super::session::Admin;
 use crate::audit;
 use crate::limiter::Check;
+use crate::moderation::SenderState;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Sender, SentInvite};
 use crate::rules::{self, Scope};
@@ -130,6 +131,33 @@ impl SenderView {
     }
 }
 
+/// A decision the sender page offers.
+pub(super) struct DecisionView {
+    action: &'static str,
+    label: String,
+    /// It sends mail or discards invites: confirmed on a page of its own first.
+    confirm: bool,
+}
+
+/// The decisions that apply to `sender` as the page shows it.
+fn decisions(sender: &Sender) -> Vec<DecisionView> {
+    let Ok(state) = sender.state.parse::<SenderState>() else {
+        return Vec::new();
+    };
+    let held = sender.held_stored;
+    ReviewAction::ALL
+        .into_iter()
+        .filter(|a| a.applies_to(state, held))
+        // Nothing to dismiss unless the sender waits in the queue for a flag.
+        .filter(|a| *a != ReviewAction::Dismiss || sender.review_requested)
+        .map(|a| DecisionView {
+            action: a.as_str(),
+            label: a.label(held),
+            confirm: a.needs_confirming(held),
+        })
+        .collect()
+}
+
 pub(super) struct CounterView {
     rule: String,
     signal: &'static str,
@@ -201,6 +229,7 @@ pub(super) struct NoteView {
 pub(super) struct SenderPage {
     layout: Layout,
     sender: SenderView,
+    decisions: Vec<DecisionView>,
     counters: Vec<CounterView>,
     counters_error: Option<String>,
     outcomes: String,
@@ -282,6 +311,7 @@ pub(super) async fn render_sender(
     let more = invites.len() as i64 > PAGE;
     Ok(SenderPage {
         layout: admin.layout(),
+        decisions: decisions(&sender),
         sender: SenderView::new(app, sender),
         counters,
         counters_error,
@@ -381,6 +411,26 @@ pub(super) struct ReviewForm {
     action: String,
     #[serde(default)]
     note: String,
+    /// `yes` once the reviewer confirmed a decision that sends mail or discards invites.
+    #[serde(default)]
+    confirmed: String,
+}
+
+/// The step before a decision that sends mail or discards invites for good.
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/confirm.html")]
+pub(super) struct ConfirmPage {
+    layout: Layout,
+    app: String,
+    sender_id: String,
+    sender_path: String,
+    form_id: String,
+    version: i64,
+    held: i64,
+    action: &'static str,
+    label: String,
+    consequence: &'static str,
+    note: String,
 }
 
 pub(super) async fn review_sender(
@@ -394,6 +444,43 @@ pub(super) async fn review_sender(
     let key = sender_of(&dashboard, &app, &id)?;
     let action: ReviewAction = form.action.parse().map_err(AdminError::BadForm)?;
     let note = super::decision_note(&form.note)?;
+    let current = senders::find(&dashboard.pool, &key)
+        .await?
+        .ok_or_else(|| AdminError::NotFound(format!("No sender `{id}` of {app}.")))?;
+    let state: SenderState = current.state.parse().map_err(AdminError::BadForm)?;
+    let held = form.held.unwrap_or(current.held_stored);
+    // A form of an older page is answered by the version check of `apply`, with its own
+    // message; a current one must name a decision that applies, and confirm one that sends
+    // mail or discards invites.
+    if current.version == form.version {
+        if !action.applies_to(state, current.held_stored) {
+            let error = format!(
+                "“{}” does not apply to this sender as it is now ({}, {} held); the page \
+                 shows the decisions that do.",
+                action.label(current.held_stored),
+                state.as_str(),
+                current.held_stored
+            );
+            let page = render_sender(&dashboard, &admin, &app, &key, 1, None, Some(error)).await?;
+            return Ok((StatusCode::CONFLICT, page).into_response());
+        }
+        if action.needs_confirming(held) && form.confirmed != "yes" {
+            return Ok(ConfirmPage {
+                layout: admin.layout(),
+                sender_path: sender_path(&app, &id),
+                form_id: format!("{app}/{id}"),
+                app,
+                sender_id: id,
+                version: form.version,
+                held,
+                action: action.as_str(),
+                label: action.label(held),
+                consequence: action.consequence(),
+                note: form.note,
+            }
+            .into_response());
+        }
+    }
     let review = Review {
         sender: &key,
         action,

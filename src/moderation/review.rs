@@ -110,6 +110,72 @@ impl ReviewAction {
     }
 }
 
+impl ReviewAction {
+    /// Whether the decision means anything for a sender in `state` with `held` invites held:
+    /// the dashboard offers only these, and refuses the others.
+    pub fn applies_to(self, state: SenderState, held: i64) -> bool {
+        match self {
+            ReviewAction::ConfirmBan => state == SenderState::ShadowBanned,
+            // A lift with nothing held is offered once, as the discarding one.
+            ReviewAction::LiftAndRelease => state.holds_invites() && held > 0,
+            ReviewAction::LiftAndDiscard => state.holds_invites(),
+            ReviewAction::MarkTrusted => state != SenderState::Trusted,
+            ReviewAction::ShadowBan => !state.holds_invites(),
+            ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => {
+                !state.holds_invites() && held > 0
+            }
+            ReviewAction::Dismiss => state == SenderState::Active && held == 0,
+        }
+    }
+
+    /// Whether the decision sends mail or throws invites away for good, so a reviewer confirms
+    /// it before it is applied.
+    pub fn needs_confirming(self, held: i64) -> bool {
+        held > 0 && self.held_become().is_some()
+    }
+
+    /// What the decision does, in the words of the button that takes it, `held` invites held.
+    pub fn label(self, held: i64) -> String {
+        let invites = if held == 1 { "invite" } else { "invites" };
+        match self {
+            ReviewAction::ConfirmBan if held > 0 => {
+                format!("Confirm ban and discard {held} held {invites}")
+            }
+            ReviewAction::ConfirmBan => "Confirm ban".into(),
+            ReviewAction::LiftAndRelease => {
+                format!("Lift ban and release {held} held {invites}")
+            }
+            ReviewAction::LiftAndDiscard if held > 0 => {
+                format!("Lift ban and discard {held} held {invites}")
+            }
+            ReviewAction::LiftAndDiscard => "Lift ban".into(),
+            ReviewAction::MarkTrusted if held > 0 => {
+                format!("Mark trusted and release {held} held {invites}")
+            }
+            ReviewAction::MarkTrusted => "Mark trusted".into(),
+            ReviewAction::ShadowBan => "Shadow-ban".into(),
+            ReviewAction::ReleaseHeld => format!("Release {held} held {invites}"),
+            ReviewAction::DiscardHeld => format!("Discard {held} held {invites}"),
+            ReviewAction::Dismiss => "Dismiss: nothing to do".into(),
+        }
+    }
+
+    /// What confirming the decision sets in motion, and what can still be undone after it.
+    pub fn consequence(self) -> &'static str {
+        match self.held_become() {
+            Some("queued") => {
+                "The held invites go back to the queue and are emailed to their recipients \
+                 within seconds. Once sent they cannot be recalled."
+            }
+            Some(_) => {
+                "The held invites are discarded: they will never be sent, and this cannot be \
+                 undone."
+            }
+            None => "No invite is sent or discarded.",
+        }
+    }
+}
+
 impl std::str::FromStr for ReviewAction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

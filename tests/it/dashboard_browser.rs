@@ -107,6 +107,13 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     b.screenshot(&shot("sender")).await;
     b.fill("#note", "a busy but real customer").await;
     b.click("button[value='lift_and_release']").await;
+    // It sends mail: a page of its own asks to confirm, with the count.
+    assert!(
+        b.wait_for_text("Confirm: Lift ban and release 2 held invites")
+            .await
+    );
+    b.screenshot(&shot("confirm")).await;
+    b.click("button.danger[type='submit']").await;
     assert!(
         b.wait_for_text("Done: lift and release (2 held invite(s) changed).")
             .await
@@ -121,6 +128,8 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
     b.goto(&format!("{base}/admin/senders/default/spammy"))
         .await;
     b.click("button[value='confirm_ban']").await;
+    assert!(b.wait_for_text("Confirm: Confirm ban and discard").await);
+    b.click("button.danger[type='submit']").await;
     assert!(b.wait_for_text("Done: confirm ban").await);
     for n in 7..10 {
         invite("spammy".into(), format!("s{n}@example.org")).await;

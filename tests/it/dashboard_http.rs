@@ -210,19 +210,33 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     let state = sender_state(&stage.pool, "eager").await;
     assert_eq!(state, "shadow_banned");
 
-    let done = stage
-        .review(
-            &browser,
-            "default/eager",
-            &[
-                ("csrf", csrf.as_str()),
-                ("version", version.as_str()),
-                ("held", held.as_str()),
-                ("action", "lift_and_release"),
-                ("note", "known customer"),
-            ],
-        )
-        .await;
+    // A release sends mail: the first post only asks to confirm, with the count, and changes
+    // nothing.
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("version", version.as_str()),
+        ("held", held.as_str()),
+        ("action", "lift_and_release"),
+        ("note", "known customer"),
+    ];
+    let asked = stage.review(&browser, "default/eager", &fields).await;
+    assert_eq!(asked.status(), StatusCode::OK);
+    let asked = asked.text().await.expect("body");
+    assert!(
+        asked.contains("Confirm: Lift ban and release 2 held invites")
+            && asked.contains("cannot be recalled")
+            && asked.contains(r#"name="confirmed" value="yes""#),
+        "{asked}"
+    );
+    assert_eq!(sender_state(&stage.pool, "eager").await, "shadow_banned");
+    assert_eq!(
+        stage.settle().await,
+        3,
+        "nothing released before the confirmation"
+    );
+    let mut confirmed = fields.to_vec();
+    confirmed.push(("confirmed", "yes"));
+    let done = stage.review(&browser, "default/eager", &confirmed).await;
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         stage.settle().await,
@@ -257,6 +271,80 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
             && page.contains("lift_and_release")
             && page.contains("known customer")
     );
+}
+
+/// A decision is offered only where it applies: a banned sender gets no "Confirm ban", a
+/// sender with nothing held no "release", a shadow-banned one no "Shadow-ban"; and one posted
+/// all the same is refused with a clear message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_are_offered_only_where_they_apply() {
+    let stage = Stage::new("dashapply").await;
+    for n in 0..4 {
+        stage.invite("eager", &format!("e{n}@example.com")).await;
+    }
+    stage.invite("calm", "c0@example.com").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let offered = |page: &str| -> Vec<String> {
+        page.split(r#"name="action" value=""#)
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next().map(str::to_owned))
+            .collect()
+    };
+
+    let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
+    assert_eq!(
+        offered(&page),
+        [
+            "confirm_ban",
+            "lift_and_release",
+            "lift_and_discard",
+            "mark_trusted"
+        ],
+        "shadow-banned with one held invite"
+    );
+    assert!(
+        page.contains("Lift ban and release 1 held invite…"),
+        "{page}"
+    );
+    let (_, page) = stage.get(&browser, "/admin/senders/default/calm").await;
+    assert_eq!(
+        offered(&page),
+        ["mark_trusted", "shadow_ban"],
+        "active with nothing held"
+    );
+
+    // Confirmed: the held invite is discarded and the sender banned.
+    let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
+    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    let ban = [
+        ("csrf", csrf.as_str()),
+        ("version", version.as_str()),
+        ("held", "1"),
+        ("action", "confirm_ban"),
+        ("confirmed", "yes"),
+    ];
+    let done = stage.review(&browser, "default/eager", &ban).await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
+    assert_eq!(
+        offered(&page),
+        ["lift_and_discard", "mark_trusted"],
+        "banned with nothing held: a plain lift"
+    );
+    assert!(page.contains(">Lift ban<"), "{page}");
+
+    // A "Confirm ban" posted for the banned sender from a fresh page is refused.
+    let version = hidden(&page, "version");
+    let again = [
+        ("csrf", csrf.as_str()),
+        ("version", version.as_str()),
+        ("action", "confirm_ban"),
+    ];
+    let refused = stage.review(&browser, "default/eager", &again).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+    let body = refused.text().await.expect("body");
+    assert!(body.contains("does not apply to this sender"), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -671,6 +759,7 @@ async fn a_release_of_all_held_invites_leaves_those_held_after_the_page_was_load
                 ("version", version.as_str()),
                 ("held", held.as_str()),
                 ("action", "release_held"),
+                ("confirmed", "yes"),
             ];
             stage
                 .review(&browser, "default/linky", &fields)
