@@ -105,7 +105,6 @@ pub(super) struct SenderView {
     linked_to: Option<String>,
     repeat_offender: bool,
     first_address: String,
-    review_requested: bool,
 }
 
 impl SenderView {
@@ -126,7 +125,6 @@ impl SenderView {
             linked_to: s.linked_to,
             repeat_offender: s.repeat_offender,
             first_address: s.first_address.unwrap_or_default(),
-            review_requested: s.review_requested,
         }
     }
 }
