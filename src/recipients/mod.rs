@@ -16,7 +16,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::audit::{self, Entry};
+use crate::config::SecretKeys;
 use crate::signals::MemberKey;
+use crate::webhooks::SecretBox;
 
 /// The shortest `SENDGUARD_SECRET_KEY` accepted: anything shorter is guessable.
 pub const MIN_SECRET_LEN: usize = 32;
@@ -30,6 +32,8 @@ pub enum LinkKeyError {
     TooShort(&'static str),
     #[error("the link key is missing from the database (migration 0008 creates it)")]
     Missing,
+    #[error("{0}")]
+    Config(String),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }
@@ -63,18 +67,18 @@ impl LinkKey {
     /// The previous key is `SENDGUARD_PREVIOUS_SECRET_KEY` when set, else, while a key is
     /// configured, the stored one (so moving to a configured key breaks no link; setting a
     /// previous key retires the stored one).
-    pub async fn load(
-        pool: &PgPool,
-        configured: Option<&str>,
-        previous: Option<&str>,
-    ) -> Result<LinkKey, LinkKeyError> {
+    pub async fn load(pool: &PgPool, keys: &SecretKeys) -> Result<LinkKey, LinkKeyError> {
         let given = |key: Option<&str>, name: &'static str| match key.filter(|k| !k.is_empty()) {
             Some(k) if k.len() < MIN_SECRET_LEN => Err(LinkKeyError::TooShort(name)),
             Some(k) => Ok(Some(Arc::<[u8]>::from(k.as_bytes()))),
             None => Ok(None),
         };
-        let configured = given(configured, "SENDGUARD_SECRET_KEY")?;
-        let previous = given(previous, "SENDGUARD_PREVIOUS_SECRET_KEY")?;
+        let configured = keys.current().map_err(LinkKeyError::Config)?;
+        let configured = given(configured.as_deref(), "SENDGUARD_SECRET_KEY")?;
+        let previous = given(
+            keys.previous_secret_key.as_deref(),
+            "SENDGUARD_PREVIOUS_SECRET_KEY",
+        )?;
         let stored: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT value FROM secrets WHERE name = 'link_key'")
                 .fetch_optional(pool)
@@ -95,6 +99,11 @@ impl LinkKey {
     /// The key of what distinct counts count ([`MemberKey`]), from the current secret.
     pub fn member_key(&self) -> MemberKey {
         MemberKey::new(&self.current)
+    }
+
+    /// What seals webhook secrets at rest, from the same current and previous keys.
+    pub fn secret_box(&self) -> SecretBox {
+        SecretBox::new(&self.current, self.previous.as_deref())
     }
 
     fn mac(key: &[u8], purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {

@@ -9,13 +9,13 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key, wait_for};
+use crate::support::app::{Stage, api_key, app_key, secret_box, wait_for};
 use crate::support::smtp::Received;
 use sendguard::apps::AppChanges;
 
 /// Creates app `name` with these settings.
 async fn app(pool: &PgPool, name: &str, changes: AppChanges) {
-    sendguard::apps::store::create(pool, name, changes, false, "test")
+    sendguard::apps::store::create(pool, name, changes, &secret_box(pool).await, false, "test")
         .await
         .expect("app");
 }
@@ -463,8 +463,8 @@ async fn links_signed_with_a_former_key_still_unsubscribe() {
     let (first, second) = ("a".repeat(40), "b".repeat(40));
     let with_keys = |current: &str, previous: Option<&str>| {
         let mut cfg = crate::support::app::config(&stage.db, Some(stage.sink.url()));
-        cfg.secret_key = Some(current.to_owned());
-        cfg.previous_secret_key = previous.map(str::to_owned);
+        cfg.keys.secret_key = Some(current.to_owned());
+        cfg.keys.previous_secret_key = previous.map(str::to_owned);
         cfg
     };
     let unsubscribe = |base: String, link: String| async move {
