@@ -265,3 +265,44 @@ async fn serve_warns_when_the_secret_key_is_an_argument() {
         "{from_env}"
     );
 }
+
+/// The value stored for app `name`'s current secret.
+async fn stored_secret(pool: &PgPool, name: &str) -> String {
+    sqlx::query_scalar("SELECT webhook_secret FROM apps WHERE name = $1")
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .expect("a stored secret")
+}
+
+/// Secrets stored in clear before sealing are sealed when an instance starts, and still sign;
+/// moving to a configured key seals them again under it, so the previous key can go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_clear_are_sealed_at_start_and_again_under_a_new_key() {
+    let secret = webhooks::new_secret();
+    let receiver = WebhookReceiver::start(&secret, 0).await;
+    let insert = format!(
+        "INSERT INTO apps (name, webhook_url, webhook_secret) VALUES ('drawbox', '{}', '{secret}')",
+        receiver.url()
+    );
+    let stage = Stage::start("sealatstart", &[&insert]).await;
+    assert_not_stored(&stored_row(&stage.pool, "drawbox").await, &secret);
+    let app_id = sendguard::apps::store::id_of(&stage.pool, "drawbox")
+        .await
+        .expect("app");
+    enqueue(&stage.pool, app_id, "u1").await;
+    assert!(receiver.wait_for(1, Duration::from_secs(15)).await);
+
+    let key = "n".repeat(40);
+    let sealed_before = stored_secret(&stage.pool, "drawbox").await;
+    let mut cfg = crate::support::app::config(&stage.db, Some(stage.sink.url()));
+    cfg.keys.secret_key = Some(key.clone());
+    let moved = sendguard::start(&cfg).await.expect("start");
+    let sealed_after = stored_secret(&stage.pool, "drawbox").await;
+    assert_ne!(sealed_before, sealed_after);
+    let under_new_key = webhooks::SecretBox::new(key.as_bytes(), None)
+        .open(&sealed_after)
+        .expect("sealed under the configured key");
+    assert_eq!(under_new_key.secret, secret);
+    moved.shutdown().await;
+}
