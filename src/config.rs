@@ -64,9 +64,17 @@ impl SecretKeys {
                 "SENDGUARD_SECRET_KEY and SENDGUARD_SECRET_KEY_FILE are both set; set one".into(),
             ),
             (key, None) => Ok(key.map(str::to_owned)),
-            (None, Some(path)) => std::fs::read_to_string(path)
-                .map(|key| Some(key.trim().to_owned()))
-                .map_err(|e| format!("SENDGUARD_SECRET_KEY_FILE {}: {e}", path.display())),
+            (None, Some(path)) => {
+                let named = |e: &dyn std::fmt::Display| {
+                    format!("SENDGUARD_SECRET_KEY_FILE {}: {e}", path.display())
+                };
+                let key = std::fs::read_to_string(path).map_err(|e| named(&e))?;
+                // An empty file would silently fall back to the key kept in Postgres.
+                match key.trim() {
+                    "" => Err(named(&"the file is empty")),
+                    key => Ok(Some(key.to_owned())),
+                }
+            }
         }
     }
 }
@@ -271,25 +279,26 @@ mod tests {
         assert!(secret_flags_in(["serve", "--secret-key-file", "/run/key"]).is_empty());
     }
 
+    fn from_file(path: &std::path::Path) -> SecretKeys {
+        SecretKeys {
+            secret_key_file: Some(path.to_owned()),
+            ..SecretKeys::default()
+        }
+    }
+
     #[test]
     fn a_key_file_is_trimmed_and_one_source_only() {
         let path = std::env::temp_dir().join(format!("sendguard-key-test-{}", std::process::id()));
         std::fs::write(&path, "  the key \n").expect("write");
-        let from_file = SecretKeys {
-            secret_key_file: Some(path.clone()),
-            ..SecretKeys::default()
-        };
-        assert_eq!(from_file.current(), Ok(Some("the key".into())));
+        assert_eq!(from_file(&path).current(), Ok(Some("the key".into())));
         let both = SecretKeys {
             secret_key: Some("k".into()),
-            ..from_file
+            ..from_file(&path)
         };
-        assert!(both.current().is_err());
+        assert!(both.current().is_err(), "a key and a file");
+        std::fs::write(&path, " \n").expect("write");
+        assert!(from_file(&path).current().is_err(), "an empty file");
         std::fs::remove_file(&path).expect("remove");
-        let missing = SecretKeys {
-            secret_key_file: Some(path),
-            ..SecretKeys::default()
-        };
-        assert!(missing.current().is_err());
+        assert!(from_file(&path).current().is_err(), "a missing file");
     }
 }
