@@ -32,7 +32,7 @@ pub struct Database {
 
 /// The service's secret key: it signs the unsubscribe and report links of emails and seals the
 /// webhook secrets kept in Postgres (docs/SECURITY.md).
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Clone, Default, Args)]
 pub struct SecretKeys {
     /// The key (at least 32 characters), the same on every instance; unset: a key generated at
     /// the first migration and kept in Postgres. An argument is visible to every local user
@@ -49,6 +49,18 @@ pub struct SecretKeys {
     /// a key is configured: the key kept in Postgres is the previous one.
     #[arg(long, env = "SENDGUARD_PREVIOUS_SECRET_KEY", hide_env_values = true)]
     pub previous_secret_key: Option<String>,
+}
+
+/// Says whether a key is set, never the key.
+impl std::fmt::Debug for SecretKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |key: &Option<String>| key.as_ref().map(|_| "<set>");
+        f.debug_struct("SecretKeys")
+            .field("secret_key", &set(&self.secret_key))
+            .field("secret_key_file", &self.secret_key_file)
+            .field("previous_secret_key", &set(&self.previous_secret_key))
+            .finish()
+    }
 }
 
 /// Flags whose value a command line shows to every local user (in /proc/PID/cmdline).
@@ -277,6 +289,20 @@ mod tests {
             ["--secret-key", "--previous-secret-key"]
         );
         assert!(secret_flags_in(["serve", "--secret-key-file", "/run/key"]).is_empty());
+    }
+
+    #[test]
+    fn debug_output_shows_no_key() {
+        let keys = SecretKeys {
+            secret_key: Some("k".repeat(40)),
+            previous_secret_key: Some("p".repeat(40)),
+            ..SecretKeys::default()
+        };
+        let shown = format!("{keys:?}");
+        assert!(
+            !shown.contains("kkkk") && !shown.contains("pppp"),
+            "{shown}"
+        );
     }
 
     fn from_file(path: &std::path::Path) -> SecretKeys {

@@ -112,14 +112,14 @@ impl AppCommand {
                 keys,
             } => {
                 let pool = super::database(&database).await?;
-                let rotated = match secret_box(&pool, &keys).await {
-                    Ok(secrets) => {
-                        apps::webhook_secret::rotate(&pool, &name, &secrets, &audit::operator())
-                            .await
-                            .map_err(Failure::from)
-                    }
-                    Err(e) => Err(e),
-                };
+                let rotated = async {
+                    let secrets = secret_box(&pool, &keys).await?;
+                    let actor = audit::operator();
+                    Ok::<_, Failure>(
+                        apps::webhook_secret::rotate(&pool, &name, &secrets, &actor).await?,
+                    )
+                }
+                .await;
                 pool.close().await;
                 let secret = rotated?;
                 eprintln!(
@@ -148,17 +148,15 @@ async fn save(args: &AppArgs, create: bool) -> Result<(), Failure> {
         args.webhook_allow_private,
         audit::operator(),
     );
-    let done = match secret_box(&pool, &args.keys).await {
-        Ok(secrets) if create => {
-            apps::store::create(&pool, name, changes, &secrets, private, &actor)
-                .await
-                .map_err(Failure::from)
-        }
-        Ok(secrets) => apps::store::update(&pool, name, changes, &secrets, private, &actor)
-            .await
-            .map_err(Failure::from),
-        Err(e) => Err(e),
-    };
+    let done = async {
+        let secrets = secret_box(&pool, &args.keys).await?;
+        Ok::<_, Failure>(if create {
+            apps::store::create(&pool, name, changes, &secrets, private, &actor).await?
+        } else {
+            apps::store::update(&pool, name, changes, &secrets, private, &actor).await?
+        })
+    }
+    .await;
     pool.close().await;
     let (app, secret) = done?;
     // Only the secret goes to stdout, so a script can capture it.
