@@ -30,6 +30,85 @@ pub struct Database {
     pub database_url: String,
 }
 
+/// The service's secret key: it signs the unsubscribe and report links of emails and seals the
+/// webhook secrets kept in Postgres (docs/SECURITY.md).
+#[derive(Clone, Default, Args)]
+pub struct SecretKeys {
+    /// The key (at least 32 characters), the same on every instance; unset: a key generated at
+    /// the first migration and kept in Postgres. An argument is visible to every local user
+    /// (/proc): prefer the environment or `--secret-key-file`.
+    #[arg(long, env = "SENDGUARD_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+
+    /// A file holding the key (its contents trimmed), instead of `SENDGUARD_SECRET_KEY`.
+    #[arg(long, env = "SENDGUARD_SECRET_KEY_FILE")]
+    pub secret_key_file: Option<PathBuf>,
+
+    /// The key links were signed with before `SENDGUARD_SECRET_KEY` changed: links already in
+    /// inboxes still verify with it, and webhook secrets sealed with it still open. Unset while
+    /// a key is configured: the key kept in Postgres is the previous one.
+    #[arg(long, env = "SENDGUARD_PREVIOUS_SECRET_KEY", hide_env_values = true)]
+    pub previous_secret_key: Option<String>,
+}
+
+/// Says whether a key is set, never the key.
+impl std::fmt::Debug for SecretKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |key: &Option<String>| key.as_ref().map(|_| "<set>");
+        f.debug_struct("SecretKeys")
+            .field("secret_key", &set(&self.secret_key))
+            .field("secret_key_file", &self.secret_key_file)
+            .field("previous_secret_key", &set(&self.previous_secret_key))
+            .finish()
+    }
+}
+
+/// Flags whose value a command line shows to every local user (in /proc/PID/cmdline).
+const SECRET_FLAGS: [&str; 2] = ["--secret-key", "--previous-secret-key"];
+
+impl SecretKeys {
+    /// The configured key: `--secret-key`, else the trimmed contents of `--secret-key-file`;
+    /// both given is an error, as it is unclear which one is meant.
+    pub fn current(&self) -> Result<Option<String>, String> {
+        let given = self.secret_key.as_deref().filter(|k| !k.is_empty());
+        match (given, &self.secret_key_file) {
+            (Some(_), Some(_)) => Err(
+                "SENDGUARD_SECRET_KEY and SENDGUARD_SECRET_KEY_FILE are both set; set one".into(),
+            ),
+            (key, None) => Ok(key.map(str::to_owned)),
+            (None, Some(path)) => {
+                let named = |e: &dyn std::fmt::Display| {
+                    format!("SENDGUARD_SECRET_KEY_FILE {}: {e}", path.display())
+                };
+                let key = std::fs::read_to_string(path).map_err(|e| named(&e))?;
+                // An empty file would silently fall back to the key kept in Postgres.
+                match key.trim() {
+                    "" => Err(named(&"the file is empty")),
+                    key => Ok(Some(key.to_owned())),
+                }
+            }
+        }
+    }
+}
+
+/// The secret-key flags among `args` (a process's arguments): each is worth a warning.
+pub fn secret_flags_in<I, S>(args: I) -> Vec<&'static str>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<S> = args.into_iter().collect();
+    SECRET_FLAGS
+        .into_iter()
+        .filter(|flag| {
+            args.iter().any(|arg| {
+                let arg = arg.as_ref().to_string_lossy();
+                arg == *flag || arg.strip_prefix(flag).is_some_and(|r| r.starts_with('='))
+            })
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     #[command(flatten)]
@@ -116,17 +195,8 @@ pub struct Config {
     )]
     pub public_url: String,
 
-    /// The key that signs the unsubscribe and report links of emails (at least 32
-    /// characters), the same on every instance; unset: a key generated at the first migration
-    /// and kept in Postgres.
-    #[arg(long, env = "SENDGUARD_SECRET_KEY", hide_env_values = true)]
-    pub secret_key: Option<String>,
-
-    /// The key links were signed with before `SENDGUARD_SECRET_KEY` changed: links already in
-    /// inboxes still verify with it. Unset while a key is configured: the key kept in Postgres
-    /// is the previous one.
-    #[arg(long, env = "SENDGUARD_PREVIOUS_SECRET_KEY", hide_env_values = true)]
-    pub previous_secret_key: Option<String>,
+    #[command(flatten)]
+    pub keys: SecretKeys,
 
     /// Allow webhook URLs that resolve to private addresses, and http (internal receivers).
     #[arg(long, env = "SENDGUARD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
@@ -201,5 +271,60 @@ impl Config {
 
     pub fn read_timeout(&self) -> Duration {
         Duration::from_millis(self.read_timeout_ms.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_flags_are_found_in_either_form() {
+        assert_eq!(
+            secret_flags_in(["sendguard", "serve", "--secret-key", "k"]),
+            ["--secret-key"]
+        );
+        assert_eq!(
+            secret_flags_in(["serve", "--secret-key=k", "--previous-secret-key=p"]),
+            ["--secret-key", "--previous-secret-key"]
+        );
+        assert!(secret_flags_in(["serve", "--secret-key-file", "/run/key"]).is_empty());
+    }
+
+    #[test]
+    fn debug_output_shows_no_key() {
+        let keys = SecretKeys {
+            secret_key: Some("k".repeat(40)),
+            previous_secret_key: Some("p".repeat(40)),
+            ..SecretKeys::default()
+        };
+        let shown = format!("{keys:?}");
+        assert!(
+            !shown.contains("kkkk") && !shown.contains("pppp"),
+            "{shown}"
+        );
+    }
+
+    fn from_file(path: &std::path::Path) -> SecretKeys {
+        SecretKeys {
+            secret_key_file: Some(path.to_owned()),
+            ..SecretKeys::default()
+        }
+    }
+
+    #[test]
+    fn a_key_file_is_trimmed_and_one_source_only() {
+        let path = std::env::temp_dir().join(format!("sendguard-key-test-{}", std::process::id()));
+        std::fs::write(&path, "  the key \n").expect("write");
+        assert_eq!(from_file(&path).current(), Ok(Some("the key".into())));
+        let both = SecretKeys {
+            secret_key: Some("k".into()),
+            ..from_file(&path)
+        };
+        assert!(both.current().is_err(), "a key and a file");
+        std::fs::write(&path, " \n").expect("write");
+        assert!(from_file(&path).current().is_err(), "an empty file");
+        std::fs::remove_file(&path).expect("remove");
+        assert!(from_file(&path).current().is_err(), "a missing file");
     }
 }

@@ -103,12 +103,13 @@ impl Services {
         let batches = db::connect_kept(&cfg.database.database_url, "sendguard-batches", 2).await?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
-        let links = LinkKey::load(
-            &pool,
-            cfg.secret_key.as_deref(),
-            cfg.previous_secret_key.as_deref(),
-        )
-        .await?;
+        let links = LinkKey::load(&pool, &cfg.keys).await?;
+        // Before the first delivery: secrets still in clear, or under the previous key, are
+        // sealed under the current one.
+        let secrets = links.secret_box();
+        crate::apps::webhook_secret::seal_stored(&pool, &secrets)
+            .await
+            .map_err(DbError::from)?;
         let limiter = counters(cfg).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         public_links(cfg)?;
@@ -149,6 +150,7 @@ impl Services {
                 poll: Duration::from_millis(500),
                 ..WebhookSettings::default()
             },
+            secrets,
         )?;
         let invites = InviteService {
             metrics: metrics.clone(),

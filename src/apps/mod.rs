@@ -5,6 +5,7 @@
 
 pub mod settings;
 pub mod store;
+pub mod webhook_secret;
 
 use std::collections::HashMap;
 use std::sync::Arc;

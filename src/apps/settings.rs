@@ -22,6 +22,8 @@ pub enum AppError {
     NotFound(String),
     #[error("an app named `{0}` exists already")]
     Exists(String),
+    #[error("app `{0}` has no webhook secret to rotate; set its --webhook-url first")]
+    NoWebhook(String),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }

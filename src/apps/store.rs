@@ -1,5 +1,6 @@
 //! The `apps` table: reading every app, creating and changing one (audited). A webhook URL is
-//! checked here, where its host is resolved, and its secret made when the first URL is set.
+//! checked here, where its host is resolved, and its secret made when the first URL is set:
+//! the secret is stored sealed, and answered in clear to be shown once.
 
 use serde_json::json;
 use sqlx::PgPool;
@@ -7,7 +8,7 @@ use sqlx::PgPool;
 use super::App;
 use super::settings::{AppChanges, AppError, AppValues, check_name};
 use crate::audit::{self, Entry};
-use crate::webhooks;
+use crate::webhooks::{self, SecretBox};
 
 const COLUMNS: &str = "id, name, product, link_hosts, link_template, mail_from, webhook_url";
 
@@ -45,6 +46,7 @@ pub async fn create(
     pool: &PgPool,
     name: &str,
     changes: AppChanges,
+    secrets: &SecretBox,
     allow_private: bool,
     actor: &str,
 ) -> Result<(App, Option<String>), AppError> {
@@ -65,7 +67,7 @@ pub async fn create(
     .bind(&values.link_template)
     .bind(&values.mail_from)
     .bind(&values.webhook_url)
-    .bind(&secret)
+    .bind(secret.as_deref().map(|s| secrets.seal(s)))
     .fetch_optional(&mut *tx)
     .await?;
     let app = app.ok_or_else(|| AppError::Exists(name.to_owned()))?;
@@ -91,6 +93,7 @@ pub async fn update(
     pool: &PgPool,
     name: &str,
     changes: AppChanges,
+    secrets: &SecretBox,
     allow_private: bool,
     actor: &str,
 ) -> Result<(App, Option<String>), AppError> {
@@ -121,7 +124,7 @@ pub async fn update(
     .bind(&values.link_template)
     .bind(&values.mail_from)
     .bind(&values.webhook_url)
-    .bind(&new_secret)
+    .bind(new_secret.as_deref().map(|s| secrets.seal(s)))
     .fetch_one(&mut *tx)
     .await?;
     let entry = Entry {

@@ -1,10 +1,14 @@
-//! `sendguard app create|update|list`: the products that call sendguard (docs/DESIGN.md §4).
+//! `sendguard app create|update|list|rotate-webhook-secret`: the products that call sendguard
+//! (docs/DESIGN.md §4).
 
 use clap::{Args, Subcommand};
 use sendguard::apps::{self, AppChanges};
 use sendguard::audit;
-use sendguard::config::Database;
+use sendguard::config::{Database, SecretKeys};
 use sendguard::limiter::simulate::to_table;
+use sendguard::recipients::LinkKey;
+use sendguard::webhooks::SecretBox;
+use sqlx::PgPool;
 
 use super::Failure;
 
@@ -18,6 +22,14 @@ pub enum AppCommand {
     List {
         #[command(flatten)]
         database: Database,
+    },
+    /// Give an app a new webhook secret, printed once; the old one also signs for 24 hours.
+    RotateWebhookSecret {
+        name: String,
+        #[command(flatten)]
+        database: Database,
+        #[command(flatten)]
+        keys: SecretKeys,
     },
 }
 
@@ -45,6 +57,9 @@ pub struct AppArgs {
     webhook_allow_private: bool,
     #[command(flatten)]
     database: Database,
+    /// The key webhook secrets are sealed under: the one `serve` is given.
+    #[command(flatten)]
+    keys: SecretKeys,
 }
 
 impl AppArgs {
@@ -91,9 +106,36 @@ impl AppCommand {
                 ];
                 print!("{}", to_table(&header, &rows));
             }
+            AppCommand::RotateWebhookSecret {
+                name,
+                database,
+                keys,
+            } => {
+                let pool = super::database(&database).await?;
+                let rotated = async {
+                    let secrets = secret_box(&pool, &keys).await?;
+                    let actor = audit::operator();
+                    Ok::<_, Failure>(
+                        apps::webhook_secret::rotate(&pool, &name, &secrets, &actor).await?,
+                    )
+                }
+                .await;
+                pool.close().await;
+                let secret = rotated?;
+                eprintln!(
+                    "app `{name}` has a new webhook secret; the old one also signs for {} hours",
+                    apps::webhook_secret::OVERLAP.as_secs() / 3600
+                );
+                show_secret(Some(secret));
+            }
         }
         Ok(())
     }
+}
+
+/// What seals webhook secrets: the service key as `serve` resolves it.
+async fn secret_box(pool: &PgPool, keys: &SecretKeys) -> Result<SecretBox, Failure> {
+    Ok(LinkKey::load(pool, keys).await?.secret_box())
 }
 
 /// Creates or updates the app of `args`; a new webhook secret is printed once on stdout (the
@@ -106,11 +148,15 @@ async fn save(args: &AppArgs, create: bool) -> Result<(), Failure> {
         args.webhook_allow_private,
         audit::operator(),
     );
-    let done = if create {
-        apps::store::create(&pool, name, changes, private, &actor).await
-    } else {
-        apps::store::update(&pool, name, changes, private, &actor).await
-    };
+    let done = async {
+        let secrets = secret_box(&pool, &args.keys).await?;
+        Ok::<_, Failure>(if create {
+            apps::store::create(&pool, name, changes, &secrets, private, &actor).await?
+        } else {
+            apps::store::update(&pool, name, changes, &secrets, private, &actor).await?
+        })
+    }
+    .await;
     pool.close().await;
     let (app, secret) = done?;
     // Only the secret goes to stdout, so a script can capture it.

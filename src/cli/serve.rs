@@ -6,6 +6,12 @@ use super::Failure;
 
 pub async fn run(cfg: &Config) -> Result<(), Failure> {
     init_logs(cfg.log_json);
+    for flag in sendguard::config::secret_flags_in(std::env::args_os()) {
+        tracing::warn!(
+            "the key given with {flag} is visible to every local user (ps, /proc/PID/cmdline): \
+             set it in the environment or, for the current key, with --secret-key-file"
+        );
+    }
     let files = sendguard::startup::raise_open_file_limit();
     tracing::info!(open_files = files, "open-file limit");
     let running = sendguard::start(cfg).await?;

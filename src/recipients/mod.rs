@@ -16,7 +16,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::audit::{self, Entry};
+use crate::config::SecretKeys;
 use crate::signals::MemberKey;
+use crate::webhooks::SecretBox;
 
 /// The shortest `SENDGUARD_SECRET_KEY` accepted: anything shorter is guessable.
 pub const MIN_SECRET_LEN: usize = 32;
@@ -30,6 +32,8 @@ pub enum LinkKeyError {
     TooShort(&'static str),
     #[error("the link key is missing from the database (migration 0008 creates it)")]
     Missing,
+    #[error("{0}")]
+    Config(String),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }
@@ -63,18 +67,18 @@ impl LinkKey {
     /// The previous key is `SENDGUARD_PREVIOUS_SECRET_KEY` when set, else, while a key is
     /// configured, the stored one (so moving to a configured key breaks no link; setting a
     /// previous key retires the stored one).
-    pub async fn load(
-        pool: &PgPool,
-        configured: Option<&str>,
-        previous: Option<&str>,
-    ) -> Result<LinkKey, LinkKeyError> {
+    pub async fn load(pool: &PgPool, keys: &SecretKeys) -> Result<LinkKey, LinkKeyError> {
         let given = |key: Option<&str>, name: &'static str| match key.filter(|k| !k.is_empty()) {
             Some(k) if k.len() < MIN_SECRET_LEN => Err(LinkKeyError::TooShort(name)),
             Some(k) => Ok(Some(Arc::<[u8]>::from(k.as_bytes()))),
             None => Ok(None),
         };
-        let configured = given(configured, "SENDGUARD_SECRET_KEY")?;
-        let previous = given(previous, "SENDGUARD_PREVIOUS_SECRET_KEY")?;
+        let configured = keys.current().map_err(LinkKeyError::Config)?;
+        let configured = given(configured.as_deref(), "SENDGUARD_SECRET_KEY")?;
+        let previous = given(
+            keys.previous_secret_key.as_deref(),
+            "SENDGUARD_PREVIOUS_SECRET_KEY",
+        )?;
         let stored: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT value FROM secrets WHERE name = 'link_key'")
                 .fetch_optional(pool)
@@ -100,12 +104,16 @@ impl LinkKey {
     /// A key of the current secret for another use, apart from the links' tokens and from
     /// every other `purpose`.
     pub fn derive(&self, purpose: &str) -> [u8; 32] {
-        // HMAC takes a key of any length.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.current)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-        mac.update(b"derive:");
-        mac.update(purpose.as_bytes());
-        mac.finalize().into_bytes().into()
+        derived(&self.current, purpose)
+    }
+
+    /// What seals webhook secrets at rest, from the same current and previous keys.
+    pub fn secret_box(&self) -> SecretBox {
+        let purpose = crate::webhooks::seal::PURPOSE;
+        SecretBox::new(
+            derived(&self.current, purpose),
+            self.previous.as_deref().map(|key| derived(key, purpose)),
+        )
     }
 
     fn mac(key: &[u8], purpose: Purpose, invite: Uuid) -> Hmac<Sha256> {
@@ -231,6 +239,16 @@ pub async fn remove(
     }
     tx.commit().await?;
     Ok(removed)
+}
+
+/// A key for `purpose` derived from the service key `key`.
+fn derived(key: &[u8], purpose: &str) -> [u8; 32] {
+    // HMAC takes a key of any length.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+    mac.update(b"derive:");
+    mac.update(purpose.as_bytes());
+    mac.finalize().into_bytes().into()
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use reqwest::redirect::Policy;
 use reqwest::{StatusCode, Url};
 use uuid::Uuid;
 
-use super::WebhookError;
-use super::sign::sign;
+use super::sign::signatures;
 use super::target::{CheckedResolver, check_form};
+use super::{SecretBox, WebhookError};
 
 /// Bound on one attempt, from connecting to the answer's status line.
 pub(super) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,7 +27,10 @@ pub(super) struct Delivery<'a> {
     pub(super) id: Uuid,
     pub(super) payload: &'a str,
     pub(super) webhook_url: Option<&'a str>,
+    /// Sealed, as stored.
     pub(super) webhook_secret: Option<&'a str>,
+    /// The secret before a rotation, sealed, while it still signs.
+    pub(super) previous_webhook_secret: Option<&'a str>,
 }
 
 #[derive(Debug)]
@@ -57,10 +60,12 @@ pub(super) fn client(allow_private: bool) -> Result<reqwest::Client, WebhookErro
 }
 
 /// One attempt: the target checked again, then a signed POST. No connection is made to a
-/// target that fails the check; only the status of the answer is read.
+/// target that fails the check; only the status of the answer is read. Signed with the app's
+/// secret and, during a rotation, the previous one too.
 pub(super) async fn attempt(
     client: &reqwest::Client,
     event: Delivery<'_>,
+    secrets: &SecretBox,
     allow_private: bool,
 ) -> Outcome {
     let Some(url) = present(event.webhook_url) else {
@@ -83,7 +88,19 @@ pub(super) async fn attempt(
     let id = event.id.to_string();
     // The timestamp of this attempt, not of the event: receivers refuse old ones.
     let timestamp = Utc::now().timestamp();
-    let signature = match sign(secret, &id, timestamp, event.payload) {
+    let opened = std::iter::once(secret)
+        .chain(present(event.previous_webhook_secret))
+        .map(|sealed| secrets.open(sealed).map(|o| o.secret))
+        .collect::<Result<Vec<_>, _>>();
+    let signed = opened.and_then(|secrets| {
+        signatures(
+            secrets.iter().map(String::as_str),
+            &id,
+            timestamp,
+            event.payload,
+        )
+    });
+    let signature = match signed {
         Ok(signature) => signature,
         Err(e) => return failed(e),
     };

@@ -19,8 +19,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::WebhookError;
 use super::attempt::{ATTEMPT_TIMEOUT, Delivery, Outcome, attempt, client};
+use super::{SecretBox, WebhookError};
 
 /// Longest wait between two attempts. A failing event is retried at this pace for as long as
 /// its receiver is down: it is never given up by age (docs/DESIGN.md §4), only when its app no
@@ -61,7 +61,8 @@ impl Default for WebhookSettings {
 /// oldest first across apps; with their app's target as it is now. Each app's events are read
 /// by its own index range and locked as they are read, skipping those another worker holds, so
 /// two workers claiming at once take different events; the lock re-checks that each is still
-/// free. (The rows locked past `$2` are free again at the statement's end.)
+/// free. (The rows locked past `$2` are free again at the statement's end.) The previous secret
+/// comes along while a rotation's overlap lasts.
 const CLAIM: &str = "
     WITH room AS (
         SELECT a.id AS app_id, GREATEST($3 - COALESCE(h.n, 0), 0) AS room
@@ -80,7 +81,9 @@ const CLAIM: &str = "
         WHERE id IN (SELECT id FROM due ORDER BY next_attempt_at LIMIT $2)
         RETURNING id, app_id, payload, attempts, claimed_until)
     SELECT c.id, c.app_id, c.payload, c.attempts, c.claimed_until,
-           a.webhook_url, a.webhook_secret
+           a.webhook_url, a.webhook_secret,
+           CASE WHEN a.previous_webhook_secret_until > now()
+                THEN a.previous_webhook_secret END AS previous_webhook_secret
     FROM claimed c LEFT JOIN apps a ON a.id = c.app_id";
 
 /// An event claimed for one attempt, with its app's target as it is now.
@@ -93,7 +96,10 @@ struct Claimed {
     /// The lease taken, and the token to record the outcome with.
     claimed_until: DateTime<Utc>,
     webhook_url: Option<String>,
+    /// Sealed, as stored.
     webhook_secret: Option<String>,
+    /// The secret before a rotation, sealed, while it still signs.
+    previous_webhook_secret: Option<String>,
 }
 
 impl Claimed {
@@ -103,6 +109,7 @@ impl Claimed {
             payload: &self.payload,
             webhook_url: self.webhook_url.as_deref(),
             webhook_secret: self.webhook_secret.as_deref(),
+            previous_webhook_secret: self.previous_webhook_secret.as_deref(),
         }
     }
 }
@@ -112,16 +119,23 @@ pub struct Deliverer {
     pool: PgPool,
     client: reqwest::Client,
     settings: WebhookSettings,
+    secrets: SecretBox,
 }
 
 impl Deliverer {
-    pub fn new(pool: PgPool, settings: WebhookSettings) -> Result<Self, WebhookError> {
+    /// `secrets` opens the apps' webhook secrets.
+    pub fn new(
+        pool: PgPool,
+        settings: WebhookSettings,
+        secrets: SecretBox,
+    ) -> Result<Self, WebhookError> {
         validate(&settings)?;
         let client = client(settings.allow_private)?;
         Ok(Deliverer {
             pool,
             client,
             settings,
+            secrets,
         })
     }
 
@@ -225,10 +239,11 @@ impl Deliverer {
     /// Starts one attempt; answers its task's id.
     fn start(&self, running: &mut JoinSet<(Claimed, Outcome)>, event: Claimed) -> tokio::task::Id {
         let client = self.client.clone();
+        let secrets = self.secrets.clone();
         let allow_private = self.settings.allow_private;
         running
             .spawn(async move {
-                let outcome = attempt(&client, event.delivery(), allow_private).await;
+                let outcome = attempt(&client, event.delivery(), &secrets, allow_private).await;
                 (event, outcome)
             })
             .id()

@@ -9,6 +9,7 @@
 
 mod attempt;
 mod deliver;
+pub mod seal;
 mod sign;
 mod target;
 
@@ -22,6 +23,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 pub use deliver::{Deliverer, WebhookSettings};
+pub use seal::{Opened, SecretBox};
 pub use sign::{new_secret, sign};
 pub use target::check_url;
 
@@ -91,6 +93,11 @@ pub enum WebhookError {
     NoAddress(String),
     #[error("the webhook secret is not of the form whsec_<base64>")]
     Secret,
+    #[error(
+        "a stored webhook secret opens with neither the secret key nor the previous one \
+         (set SENDGUARD_PREVIOUS_SECRET_KEY to the key it was sealed with)"
+    )]
+    Sealed,
     #[error("invalid webhook settings: {0}")]
     Settings(String),
     #[error("cannot build the webhook HTTP client: {0}")]

@@ -49,6 +49,21 @@ pub fn sign(secret: &str, id: &str, timestamp: i64, body: &str) -> Result<String
     ))
 }
 
+/// The `webhook-signature` value under each of `secrets`, space-separated: during a rotation
+/// a receiver holding either secret finds a signature it verifies.
+pub(super) fn signatures<'a>(
+    secrets: impl IntoIterator<Item = &'a str>,
+    id: &str,
+    timestamp: i64,
+    body: &str,
+) -> Result<String, WebhookError> {
+    let signed: Vec<String> = secrets
+        .into_iter()
+        .map(|secret| sign(secret, id, timestamp, body))
+        .collect::<Result<_, _>>()?;
+    Ok(signed.join(" "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +121,20 @@ mod tests {
             body,
             &signature
         ));
+    }
+
+    #[test]
+    fn each_secret_of_a_rotation_signs() {
+        let (old, new) = (new_secret(), new_secret());
+        let both = signatures([old.as_str(), new.as_str()], "e1", 1, "{}").expect("signs");
+        let parts: Vec<&str> = both.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{both}");
+        assert!(verifies(&old, "e1", 1, "{}", parts[0]));
+        assert!(verifies(&new, "e1", 1, "{}", parts[1]));
+        assert_eq!(
+            signatures([new.as_str()], "e1", 1, "{}").expect("signs"),
+            sign(&new, "e1", 1, "{}").expect("signs")
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key};
+use crate::support::app::{Stage, api_key, app_key, create_app};
 
 /// Only the `ip` rule counts here, at a limit of 3, answered 429.
 const IP_ONLY: [&str; 2] = [
@@ -75,15 +75,7 @@ async fn a_mapped_address_counts_as_its_ipv4_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_apps_traffic_from_an_address_does_not_limit_anothers() {
     let stage = Stage::start("ip_apps", &IP_ONLY).await;
-    sendguard::apps::store::create(
-        &stage.pool,
-        "other",
-        sendguard::apps::AppChanges::default(),
-        false,
-        "test",
-    )
-    .await
-    .expect("app");
+    create_app(&stage.pool, "other", Default::default()).await;
     let first = Api::new(stage.base(), api_key(&stage.pool).await);
     let second = Api::new(stage.base(), app_key(&stage.pool, "other").await);
     let ip = "203.0.113.50";

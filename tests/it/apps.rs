@@ -9,16 +9,9 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key, wait_for};
+use crate::support::app::{Stage, api_key, app_key, create_app, wait_for};
 use crate::support::smtp::Received;
 use sendguard::apps::AppChanges;
-
-/// Creates app `name` with these settings.
-async fn app(pool: &PgPool, name: &str, changes: AppChanges) {
-    sendguard::apps::store::create(pool, name, changes, false, "test")
-        .await
-        .expect("app");
-}
 
 fn drawbox() -> AppChanges {
     AppChanges {
@@ -83,7 +76,7 @@ async fn two_apps_sharing_a_sender_id_are_two_senders() {
         &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
     )
     .await;
-    app(&stage.pool, "drawbox", drawbox()).await;
+    create_app(&stage.pool, "drawbox", drawbox()).await;
     let web = Api::new(stage.base(), api_key(&stage.pool).await);
     let draw = Api::new(stage.base(), app_key(&stage.pool, "drawbox").await);
     for n in 0..5 {
@@ -122,7 +115,7 @@ async fn two_apps_sharing_a_sender_id_are_two_senders() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accept_urls_must_point_to_the_apps_hosts() {
     let stage = Stage::start("accept_url", &[]).await;
-    app(&stage.pool, "drawbox", drawbox()).await;
+    create_app(&stage.pool, "drawbox", drawbox()).await;
     let api = Api::new(stage.base(), app_key(&stage.pool, "drawbox").await);
     let url = "https://drawbox.example/accept/7f3c?from=bo";
     let (status, _) = api
@@ -178,7 +171,7 @@ async fn accept_urls_must_point_to_the_apps_hosts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_link_is_filled_in_and_without_one_there_is_no_link() {
     let stage = Stage::start("link_template", &[]).await;
-    app(
+    create_app(
         &stage.pool,
         "drawbox",
         AppChanges {
@@ -228,7 +221,7 @@ async fn a_template_link_is_filled_in_and_without_one_there_is_no_link() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_click_unsubscribe_suppresses_the_next_invite_of_that_app() {
     let stage = Stage::start("unsubscribe", &[]).await;
-    app(&stage.pool, "drawbox", drawbox()).await;
+    create_app(&stage.pool, "drawbox", drawbox()).await;
     let web = Api::new(stage.base(), api_key(&stage.pool).await);
     let draw = Api::new(stage.base(), app_key(&stage.pool, "drawbox").await);
     web.accepted("bo", "ana@example.com").await;
@@ -352,7 +345,7 @@ async fn the_dashboard_keeps_apps_apart() {
         &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
     )
     .await;
-    app(&stage.pool, "drawbox", drawbox()).await;
+    create_app(&stage.pool, "drawbox", drawbox()).await;
     accounts::add(
         &stage.pool,
         "alice",
@@ -463,8 +456,8 @@ async fn links_signed_with_a_former_key_still_unsubscribe() {
     let (first, second) = ("a".repeat(40), "b".repeat(40));
     let with_keys = |current: &str, previous: Option<&str>| {
         let mut cfg = crate::support::app::config(&stage.db, Some(stage.sink.url()));
-        cfg.secret_key = Some(current.to_owned());
-        cfg.previous_secret_key = previous.map(str::to_owned);
+        cfg.keys.secret_key = Some(current.to_owned());
+        cfg.keys.previous_secret_key = previous.map(str::to_owned);
         cfg
     };
     let unsubscribe = |base: String, link: String| async move {

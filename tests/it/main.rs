@@ -22,6 +22,7 @@ mod redis_cluster;
 mod redis_failure;
 mod retention;
 mod rules_replay;
+mod secrets;
 mod shadow_leaks;
 mod shutdown;
 mod signals;

@@ -156,9 +156,16 @@ fn colliding_recipients() -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn complaints_reported_through_the_api_ban_the_sender() {
     let stage = Stage::start("complaints", &[]).await;
-    sendguard::apps::store::create(&stage.pool, "other", Default::default(), false, "test")
-        .await
-        .expect("app");
+    sendguard::apps::store::create(
+        &stage.pool,
+        "other",
+        Default::default(),
+        &crate::support::app::secret_box(&stage.pool).await,
+        false,
+        "test",
+    )
+    .await
+    .expect("app");
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let other = Api::new(stage.base(), app_key(&stage.pool, "other").await);
     let colleague = Api::new(stage.base(), api_key(&stage.pool).await);

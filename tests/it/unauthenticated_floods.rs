@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key};
+use crate::support::app::{Stage, api_key, app_key, create_app};
 
 /// Client addresses of the flood (all loopback), each within the default cap of 256
 /// connections per address: five of them hold more than the API's budget of 1,024, with a
@@ -156,9 +156,7 @@ async fn one_address_holds_only_a_share_of_the_dashboard() {
 async fn one_key_cannot_take_the_api_from_another_app() {
     sendguard::startup::raise_open_file_limit();
     let stage = Stage::start("keyshare", &[]).await;
-    sendguard::apps::store::create(&stage.pool, "other", Default::default(), false, "test")
-        .await
-        .expect("app");
+    create_app(&stage.pool, "other", Default::default()).await;
     let greedy = api_key(&stage.pool).await;
     let other = Api::new(stage.base(), app_key(&stage.pool, "other").await);
     let head = half_sent(
@@ -186,9 +184,7 @@ async fn one_key_cannot_take_the_api_from_another_app() {
 async fn one_key_holds_only_a_quarter_of_the_api() {
     sendguard::startup::raise_open_file_limit();
     let stage = Stage::start("keyquarter", &[]).await;
-    sendguard::apps::store::create(&stage.pool, "other", Default::default(), false, "test")
-        .await
-        .expect("app");
+    create_app(&stage.pool, "other", Default::default()).await;
     let greedy = Api::new(stage.base(), api_key(&stage.pool).await);
     let other = Api::new(stage.base(), app_key(&stage.pool, "other").await);
     let head = half_sent(

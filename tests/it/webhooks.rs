@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::support::app::{TestDb, migrated};
+use crate::support::app::{TestDb, migrated, secret_box};
 use crate::support::webhook_receiver::{Redirector, WebhookReceiver};
 
 /// A migrated database of the test's own, removed when dropped.
@@ -30,13 +30,18 @@ impl Scratch {
     }
 }
 
+/// App `name` with its webhook secret stored sealed, as `sendguard app` stores it.
 async fn app(pool: &PgPool, name: &str, url: Option<&str>, secret: Option<&str>) -> i64 {
+    let sealed = match secret {
+        Some(secret) => Some(secret_box(pool).await.seal(secret)),
+        None => None,
+    };
     sqlx::query_scalar(
         "INSERT INTO apps (name, webhook_url, webhook_secret) VALUES ($1, $2, $3) RETURNING id",
     )
     .bind(name)
     .bind(url)
-    .bind(secret)
+    .bind(sealed)
     .fetch_one(pool)
     .await
     .expect("app")
@@ -142,7 +147,8 @@ async fn events_are_retried_until_delivered_with_a_stable_id_and_a_valid_signatu
             kind,
         ));
     }
-    let deliverer = Deliverer::new(db.pool.clone(), settings(true)).expect("deliverer");
+    let deliverer = Deliverer::new(db.pool.clone(), settings(true), secret_box(&db.pool).await)
+        .expect("deliverer");
 
     // The first round: one attempt each, two of them refused with 503 and recorded.
     assert_eq!(deliverer.deliver_due().await.expect("round"), 3);
@@ -236,7 +242,8 @@ async fn a_redirect_is_a_failed_attempt_and_is_not_followed() {
     let redirector = Redirector::start(elsewhere.url()).await;
     let app_id = app(&db.pool, "docs", Some(&redirector.url()), Some(&secret)).await;
     let id = event(&db.pool, app_id, "docs", EventType::SenderTrusted, "u1").await;
-    let deliverer = Deliverer::new(db.pool.clone(), patient(true)).expect("deliverer");
+    let deliverer = Deliverer::new(db.pool.clone(), patient(true), secret_box(&db.pool).await)
+        .expect("deliverer");
 
     assert_eq!(deliverer.deliver_due().await.expect("round"), 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -313,7 +320,8 @@ async fn internal_addresses_are_refused_at_delivery_without_a_connection() {
             *expected,
         ));
     }
-    let deliverer = Deliverer::new(db.pool.clone(), patient(false)).expect("deliverer");
+    let deliverer = Deliverer::new(db.pool.clone(), patient(false), secret_box(&db.pool).await)
+        .expect("deliverer");
 
     assert_eq!(deliverer.deliver_due().await.expect("round"), targets.len());
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -345,13 +353,14 @@ async fn the_secret_and_url_are_read_at_delivery_time() {
         "u1",
     )
     .await;
-    let deliverer = Deliverer::new(db.pool.clone(), settings(true)).expect("deliverer");
+    let deliverer = Deliverer::new(db.pool.clone(), settings(true), secret_box(&db.pool).await)
+        .expect("deliverer");
 
     assert_eq!(deliverer.deliver_due().await.expect("round"), 1);
     assert_eq!(row(&db.pool, first).await.last_status, Some(401));
     // The operator rotates the secret: the pending event is signed with the new one.
     sqlx::query("UPDATE apps SET webhook_secret = $1")
-        .bind(&new)
+        .bind(secret_box(&db.pool).await.seal(&new))
         .execute(&db.pool)
         .await
         .expect("rotate");
@@ -391,7 +400,8 @@ async fn an_event_failing_for_days_is_delivered_once_the_receiver_answers() {
     .execute(&db.pool)
     .await
     .expect("age the event");
-    let deliverer = Deliverer::new(db.pool.clone(), patient(true)).expect("deliverer");
+    let deliverer = Deliverer::new(db.pool.clone(), patient(true), secret_box(&db.pool).await)
+        .expect("deliverer");
     assert_eq!(deliverer.deliver_due().await.expect("round"), 1);
     let r = row(&db.pool, id).await;
     assert!(
@@ -450,8 +460,9 @@ async fn workers_share_the_outbox_and_respect_a_live_lease() {
         batch: 4,
         ..settings(true)
     };
-    let a = Deliverer::new(db.pool.clone(), small.clone()).expect("deliverer");
-    let b = Deliverer::new(db.pool.clone(), small).expect("deliverer");
+    let a = Deliverer::new(db.pool.clone(), small.clone(), secret_box(&db.pool).await)
+        .expect("deliverer");
+    let b = Deliverer::new(db.pool.clone(), small, secret_box(&db.pool).await).expect("deliverer");
     let (mut made_a, mut made_b) = (0, 0);
     for _ in 0..20 {
         let (ra, rb) = tokio::join!(a.deliver_due(), b.deliver_due());
@@ -526,7 +537,8 @@ async fn an_https_target_is_reached_through_tls() {
     let url = format!("https://127.0.0.1:{}/hook", counter.port);
     let app_id = app(&db.pool, "docs", Some(&url), Some(&secret)).await;
     let id = event(&db.pool, app_id, "docs", EventType::SenderBanned, "u").await;
-    let deliverer = Deliverer::new(db.pool.clone(), patient(true)).expect("deliverer");
+    let deliverer = Deliverer::new(db.pool.clone(), patient(true), secret_box(&db.pool).await)
+        .expect("deliverer");
 
     assert_eq!(deliverer.deliver_due().await.expect("round"), 1);
     assert_eq!(counter.connections.load(Ordering::SeqCst), 1);
@@ -561,6 +573,7 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
             webhook_url: Some("http://127.0.0.1:9/".into()),
             ..AppChanges::default()
         },
+        &secret_box(&stage.pool).await,
         true,
         "test",
     )
@@ -575,6 +588,7 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
             webhook_url: Some(receiver.url()),
             ..AppChanges::default()
         },
+        &secret_box(&stage.pool).await,
         true,
         "test",
     )
@@ -708,7 +722,8 @@ async fn a_silent_receiver_with_a_backlog_does_not_hold_up_another_apps_event() 
     // Due after the backlog, so the backlog comes first in time.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let id = event(&db.pool, fine, "fine", EventType::SenderBanned, "f").await;
-    let worker = Deliverer::new(db.pool.clone(), settings(true)).expect("deliverer");
+    let worker = Deliverer::new(db.pool.clone(), settings(true), secret_box(&db.pool).await)
+        .expect("deliverer");
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -762,7 +777,8 @@ async fn a_claim_takes_the_next_events_when_another_worker_holds_the_oldest() {
         .execute(&mut *other)
         .await
         .expect("hold the oldest");
-    let worker = Deliverer::new(db.pool.clone(), settings(true)).expect("deliverer");
+    let worker = Deliverer::new(db.pool.clone(), settings(true), secret_box(&db.pool).await)
+        .expect("deliverer");
     // An app's share of 16 slots is 4.
     assert_eq!(worker.deliver_due().await.expect("claim"), 4);
     other.rollback().await.expect("release");

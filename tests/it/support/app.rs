@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sendguard::config::{Config, Database, RedisPolicy};
+use sendguard::config::{Config, Database, RedisPolicy, SecretKeys};
+use sendguard::recipients::LinkKey;
+use sendguard::webhooks::SecretBox;
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::OnceCell;
@@ -167,8 +169,7 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         public_url: "http://127.0.0.1:8080".into(),
         held_cap: 1000,
         db_writers: 2,
-        secret_key: None,
-        previous_secret_key: None,
+        keys: SecretKeys::default(),
         webhook_allow_private: true,
         new_sender_days: 7,
         repeat_auto_confirm: false,
@@ -178,6 +179,23 @@ pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
         mail_lease_secs: 60,
         log_json: false,
     }
+}
+
+/// What seals webhook secrets in the test database: its stored key, as an instance without a
+/// configured key uses.
+pub async fn secret_box(pool: &PgPool) -> SecretBox {
+    LinkKey::load(pool, &SecretKeys::default())
+        .await
+        .expect("the stored key")
+        .secret_box()
+}
+
+/// Creates app `name` with these settings, its webhook secret sealed as `serve` would.
+pub async fn create_app(pool: &PgPool, name: &str, changes: sendguard::apps::AppChanges) {
+    let secrets = secret_box(pool).await;
+    sendguard::apps::store::create(pool, name, changes, &secrets, false, "test")
+        .await
+        .expect("app");
 }
 
 /// Creates an API key of the app `default` in the test database.

@@ -12,17 +12,29 @@ impl ServeProcess {
     /// Starts `sendguard serve` on `database_url` with the test Redis under `prefix`, plus `env`,
     /// and waits until /readyz answers 200.
     pub async fn start(database_url: &str, prefix: &str, env: &[(&str, String)]) -> ServeProcess {
+        Self::start_with(database_url, prefix, env, &[], Stdio::null()).await
+    }
+
+    /// As `start`, with `args` after `serve` and its log lines (stdout) written to `log`.
+    pub async fn start_with(
+        database_url: &str,
+        prefix: &str,
+        env: &[(&str, String)],
+        args: &[&str],
+        log: Stdio,
+    ) -> ServeProcess {
         let port = super::free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_sendguard"));
         command
             .arg("serve")
+            .args(args)
             .env("DATABASE_URL", database_url)
             .env("REDIS_URL", super::redis_url())
             .env("SENDGUARD_KEY_PREFIX", prefix)
             .env("SENDGUARD_LISTEN", format!("127.0.0.1:{port}"))
             .env("SENDGUARD_METRICS_LISTEN", "127.0.0.1:0")
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            .stdout(log)
             .stderr(Stdio::inherit());
         for (name, value) in env {
             command.env(name, value);

@@ -29,6 +29,8 @@ pub struct Received {
     pub id: String,
     pub kind: String,
     pub timestamp: i64,
+    /// The `webhook-signature` header as it arrived.
+    pub signature: String,
     /// The body as it arrived.
     pub raw: String,
     pub body: serde_json::Value,
@@ -201,6 +203,11 @@ async fn receive(
         id,
         kind: json["type"].as_str().unwrap_or_default().to_owned(),
         timestamp,
+        signature: headers
+            .get("webhook-signature")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
         raw: String::from_utf8_lossy(&body).into_owned(),
         body: json,
     };
