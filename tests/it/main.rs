@@ -26,6 +26,7 @@ mod shadow_leaks;
 mod shutdown;
 mod signals;
 mod slow_clients;
+mod strict_input;
 mod support;
 mod transport;
 mod unauthenticated_floods;
