@@ -157,7 +157,8 @@ mod tests {
             schema["properties"]["type"]["enum"],
             serde_json::json!(names)
         );
-        assert_eq!(schema["required"], serde_json::json!(["invite_id", "type"]));
+        assert_eq!(schema["required"], serde_json::json!(FIELDS));
+        assert_eq!(schema["additionalProperties"], false);
         let event =
             parse(br#"{"invite_id":"67e55044-10b1-426f-9247-bb680e5fe0c8","type":"bounce"}"#)
                 .expect("event");
