@@ -58,12 +58,35 @@ pub async fn write<'e>(db: impl PgExecutor<'e>, entry: Entry<'_>) -> Result<(), 
     Ok(())
 }
 
-/// Who runs a command-line change, for the audit log: `SENDGUARD_OPERATOR`, else the OS user.
+/// Who runs a command-line change, for the audit log: `SENDGUARD_OPERATOR`, else the login
+/// name, else the host user; never a placeholder that names no one.
 pub fn operator() -> String {
     ["SENDGUARD_OPERATOR", "USER", "LOGNAME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
-        .unwrap_or_else(|| "operator".to_owned())
+        .or_else(host_user)
+        .unwrap_or_else(|| "unknown user".to_owned())
+}
+
+/// The user this process runs as: their name in /etc/passwd, else `uid N` (a container's
+/// user often has no entry).
+#[cfg(unix)]
+fn host_user() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    let uid = std::fs::metadata("/proc/self").ok()?.uid().to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let name = passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)? == uid).then(|| name.to_owned())
+    });
+    Some(name.unwrap_or_else(|| format!("uid {uid}")))
+}
+
+#[cfg(not(unix))]
+fn host_user() -> Option<String> {
+    None
 }
 
 /// One line of the audit log, as read.

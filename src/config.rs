@@ -21,7 +21,8 @@ pub enum RedisPolicy {
 
 #[derive(Debug, Clone, Args)]
 pub struct Database {
-    /// PostgreSQL; the database is created when missing.
+    /// PostgreSQL; `serve` and `migrate` create the database when it is missing, other
+    /// commands stop with an error.
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -187,11 +188,13 @@ pub struct Config {
     )]
     pub mail_from: String,
 
-    /// Used in the links of emails.
+    /// Used in the links of emails and the first admin's link; unset: `http://` and the
+    /// listen address, an unspecified address (0.0.0.0, ::) written as 127.0.0.1.
     #[arg(
         long,
         env = "SENDGUARD_PUBLIC_URL",
-        default_value = "http://127.0.0.1:8080"
+        default_value = "",
+        hide_default_value = true
     )]
     pub public_url: String,
 
@@ -272,11 +275,42 @@ impl Config {
     pub fn read_timeout(&self) -> Duration {
         Duration::from_millis(self.read_timeout_ms.max(1))
     }
+
+    /// Sets an unset public URL to [`local_url`] of the listen address, so links follow the
+    /// port; true when it did so for a listener that is not on loopback, whose links then
+    /// reach only this machine.
+    pub fn default_public_url(&mut self) -> bool {
+        if !self.public_url.is_empty() {
+            return false;
+        }
+        self.public_url = local_url(self.listen);
+        !self.listen.ip().is_loopback()
+    }
+}
+
+/// `http://` and `listen`, an unspecified address written as 127.0.0.1: where this machine
+/// reaches the listener.
+pub fn local_url(listen: SocketAddr) -> String {
+    let ip = if listen.ip().is_unspecified() {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        listen.ip()
+    };
+    format!("http://{}", SocketAddr::new(ip, listen.port()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_local_url_is_where_this_machine_reaches_the_listener() {
+        let url = |a: &str| local_url(a.parse().expect("address"));
+        assert_eq!(url("0.0.0.0:9000"), "http://127.0.0.1:9000");
+        assert_eq!(url("[::]:9000"), "http://127.0.0.1:9000");
+        assert_eq!(url("[::1]:9000"), "http://[::1]:9000");
+        assert_eq!(url("192.0.2.7:80"), "http://192.0.2.7:80");
+    }
 
     #[test]
     fn secret_flags_are_found_in_either_form() {

@@ -18,30 +18,41 @@ pub enum DbError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// Creates the database named in `url` when it does not exist yet.
-pub async fn create_if_missing(url: &str) -> Result<(), DbError> {
+/// The name of the database `url` names, when it does not exist.
+pub async fn missing(url: &str) -> Result<Option<String>, DbError> {
     let options = PgConnectOptions::from_str(url)?;
     let name = options.get_database().unwrap_or("postgres").to_owned();
-    let mut admin = options.clone().database("postgres").connect().await?;
+    let mut admin = options.database("postgres").connect().await?;
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
             .bind(&name)
             .fetch_one(&mut admin)
             .await?;
-    if !exists {
-        let quoted = name.replace('"', "\"\"");
-        let created = sqlx::query(&format!("CREATE DATABASE \"{quoted}\""))
-            .execute(&mut admin)
-            .await;
-        // Another instance may have created it between the check and here.
-        if let Err(e) = created {
-            let raced = e
-                .as_database_error()
-                .and_then(|d| d.code())
-                .is_some_and(|c| c == "42P04");
-            if !raced {
-                return Err(e.into());
-            }
+    admin.close().await?;
+    Ok((!exists).then_some(name))
+}
+
+/// Creates the database named in `url` when it does not exist yet.
+pub async fn create_if_missing(url: &str) -> Result<(), DbError> {
+    let Some(name) = missing(url).await? else {
+        return Ok(());
+    };
+    let mut admin = PgConnectOptions::from_str(url)?
+        .database("postgres")
+        .connect()
+        .await?;
+    let quoted = name.replace('"', "\"\"");
+    let created = sqlx::query(&format!("CREATE DATABASE \"{quoted}\""))
+        .execute(&mut admin)
+        .await;
+    // Another instance may have created it between the check and here.
+    if let Err(e) = created {
+        let raced = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|c| c == "42P04");
+        if !raced {
+            return Err(e.into());
         }
     }
     admin.close().await?;

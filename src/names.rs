@@ -11,5 +11,8 @@ pub(crate) fn parse<T: Copy>(
         .iter()
         .copied()
         .find(|v| name(*v) == s)
-        .ok_or_else(|| format!("unknown {what} `{s}`"))
+        .ok_or_else(|| {
+            let known: Vec<&str> = variants.iter().map(|v| name(*v)).collect();
+            format!("unknown {what} `{s}`; one of {}", known.join(", "))
+        })
 }

@@ -245,6 +245,27 @@ pub async fn add(
     Ok(id)
 }
 
+/// An admin as `sendguard admin list` shows it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Listed {
+    pub username: String,
+    pub role: String,
+    pub disabled_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When their latest live session began; older ones are not kept.
+    pub last_login: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Every admin, by name.
+pub async fn list(pool: &PgPool) -> Result<Vec<Listed>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT a.username, a.role, a.disabled_at, max(s.created_at) AS last_login
+         FROM admins a LEFT JOIN admin_sessions s ON s.admin_id = a.id
+         GROUP BY a.id ORDER BY a.username",
+    )
+    .fetch_all(pool)
+    .await
+}
+
 /// The first admin, from the setup page: created only while no admin exists, however many
 /// setups run at once on however many instances. `None` when one exists already.
 pub async fn add_first(

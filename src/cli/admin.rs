@@ -1,10 +1,14 @@
-//! `sendguard admin add|disable`: dashboard accounts from the command line, each change
-//! audited under the operator's name (`SENDGUARD_OPERATOR`, else the OS user).
+//! `sendguard admin add|disable|list`: dashboard accounts from the command line, each change
+//! audited under the operator's name (`SENDGUARD_OPERATOR`, else the login name, else the host
+//! user).
+
+use std::io::IsTerminal;
 
 use clap::{Subcommand, ValueEnum};
 use sendguard::admin::accounts::{self, Role};
 use sendguard::audit;
 use sendguard::config::Database;
+use sendguard::limiter::simulate::to_table;
 
 use super::Failure;
 
@@ -13,6 +17,7 @@ pub enum AdminCommand {
     /// Add an admin; the password comes from SENDGUARD_ADMIN_PASSWORD, else it is asked for on
     /// the terminal without echo.
     Add {
+        /// The name to log in with: 1-64 letters, digits, dots, dashes or underscores.
         username: String,
         /// A moderator works the review queue, the senders and the audit log; an admin also
         /// rules, keys and admins.
@@ -23,7 +28,14 @@ pub enum AdminCommand {
     },
     /// Disable an admin: their sessions end at once, on every instance.
     Disable {
+        /// The admin to disable.
         username: String,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// List the admins: name, role, whether disabled, and the start of their latest live
+    /// session (sessions end at logout or when idle, so an older login is not known).
+    List {
         #[command(flatten)]
         database: Database,
     },
@@ -65,6 +77,31 @@ impl AdminCommand {
                 pool.close().await;
                 println!("admin `{username}` disabled; their sessions have ended");
             }
+            AdminCommand::List { database } => {
+                let pool = super::database(&database).await?;
+                let admins = accounts::list(&pool).await;
+                pool.close().await;
+                let time = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M UTC");
+                let rows: Vec<Vec<String>> = admins?
+                    .into_iter()
+                    .map(|a| {
+                        vec![
+                            a.username,
+                            a.role,
+                            a.disabled_at
+                                .map(|t| format!("disabled {}", time(t)))
+                                .unwrap_or_else(|| "no".into()),
+                            a.last_login
+                                .map(|t| time(t).to_string())
+                                .unwrap_or_else(|| "unknown".into()),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    to_table(&["name", "role", "disabled", "last login"], &rows)
+                );
+            }
         }
         Ok(())
     }
@@ -74,6 +111,9 @@ impl AdminCommand {
 fn password(username: &str) -> Result<String, Failure> {
     if let Ok(p) = std::env::var("SENDGUARD_ADMIN_PASSWORD") {
         return Ok(p);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err("no terminal to ask the password on: set SENDGUARD_ADMIN_PASSWORD".into());
     }
     let first = rpassword::prompt_password(format!("Password for {username}: "))?;
     let again = rpassword::prompt_password("Same password again: ")?;

@@ -11,6 +11,7 @@ use super::Failure;
 pub enum ApiKeyCommand {
     /// Create a key; it is printed once, only its hash is stored.
     Create {
+        /// The key's name, unique among all keys, revoked ones included.
         name: String,
         /// The app the key belongs to.
         #[arg(long, default_value = apps::DEFAULT_APP)]
@@ -20,6 +21,7 @@ pub enum ApiKeyCommand {
     },
     /// Revoke a key: requests carrying it get 401 from then on.
     Revoke {
+        /// The name the key was created with.
         name: String,
         #[command(flatten)]
         database: Database,
@@ -41,8 +43,15 @@ impl ApiKeyCommand {
             } => {
                 let pool = super::database(&database).await?;
                 let app_id = apps::store::id_of(&pool, &app).await?;
-                let key = api_keys::create(&pool, &name, app_id, &audit::operator()).await?;
+                let created = api_keys::create(&pool, &name, app_id, &audit::operator()).await;
                 pool.close().await;
+                let key = created.map_err(|e| match e.as_database_error() {
+                    Some(d) if d.is_unique_violation() => Failure::from(format!(
+                        "the name `{name}` is taken by another API key (revoked keys keep \
+                         theirs); choose another"
+                    )),
+                    _ => e.into(),
+                })?;
                 println!("{key}");
                 eprintln!(
                     "API key `{name}` of app `{app}` created. It is shown only now: store it safely."

@@ -35,6 +35,7 @@ pub enum AppCommand {
 
 #[derive(Args)]
 pub struct AppArgs {
+    /// The app's name, as `api-key create --app` names it; `default` exists from the start.
     name: String,
     /// The product's name in emails ("Bo invited you to Drawbox").
     #[arg(long)]

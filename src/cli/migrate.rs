@@ -5,7 +5,11 @@ use sendguard::config::Database;
 use super::Failure;
 
 pub async fn run(db: &Database) -> Result<(), Failure> {
-    super::database(db).await?.close().await;
+    // Creates the database when it is missing, as `serve` does.
+    sendguard::db::connect_and_migrate(&db.database_url)
+        .await?
+        .close()
+        .await;
     println!("migrations applied");
     Ok(())
 }

@@ -65,7 +65,7 @@ pub enum Format {
 impl Cli {
     pub async fn run(self) -> Result<(), Failure> {
         match self.command {
-            Command::Serve(cfg) => serve::run(&cfg).await,
+            Command::Serve(cfg) => serve::run(cfg).await,
             Command::Migrate(db) => migrate::run(&db).await,
             Command::ApiKey(command) => command.run().await,
             Command::App(command) => command.run().await,
@@ -81,7 +81,16 @@ impl Cli {
     }
 }
 
-/// A pool on a database that exists and is migrated, for one command.
+/// A pool on a database that exists and is migrated, for one command. Only `serve` and
+/// `migrate` create a missing database: for the others a missing one is a mistyped name, which
+/// would otherwise show an empty database.
 async fn database(db: &Database) -> Result<PgPool, Failure> {
+    if let Some(name) = sendguard::db::missing(&db.database_url).await? {
+        return Err(format!(
+            "database `{name}` does not exist: check DATABASE_URL (`sendguard migrate` \
+             creates it)"
+        )
+        .into());
+    }
     Ok(sendguard::db::connect_and_migrate(&db.database_url).await?)
 }

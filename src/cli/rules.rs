@@ -20,6 +20,7 @@ pub enum RulesCommand {
     /// applied all or nothing in one transaction, audited under SENDGUARD_OPERATOR (else the
     /// OS user). Every instance picks them up within a second.
     Apply {
+        /// The rules file, as `rules export` prints it.
         file: PathBuf,
         /// Print what would change and change nothing.
         #[arg(long)]

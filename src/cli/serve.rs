@@ -4,7 +4,7 @@ use sendguard::config::Config;
 
 use super::Failure;
 
-pub async fn run(cfg: &Config) -> Result<(), Failure> {
+pub async fn run(mut cfg: Box<Config>) -> Result<(), Failure> {
     init_logs(cfg.log_json);
     for flag in sendguard::config::secret_flags_in(std::env::args_os()) {
         tracing::warn!(
@@ -12,9 +12,14 @@ pub async fn run(cfg: &Config) -> Result<(), Failure> {
              set it in the environment or, for the current key, with --secret-key-file"
         );
     }
+    if cfg.default_public_url() {
+        tracing::warn!(public_url = %cfg.public_url,
+            "SENDGUARD_PUBLIC_URL is unset and the listener is not on loopback: emails will \
+             carry a link to this machine's local address; set it to the address recipients reach");
+    }
     let files = sendguard::startup::raise_open_file_limit();
     tracing::info!(open_files = files, "open-file limit");
-    let running = sendguard::start(cfg).await?;
+    let running = sendguard::start(&cfg).await?;
     shutdown_signal().await;
     tracing::info!("shutting down");
     running.shutdown().await;

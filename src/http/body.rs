@@ -9,6 +9,8 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use serde_json::{Map, Value};
+
 use super::ApiError;
 
 /// A route group's body bound.
@@ -61,4 +63,10 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     } else {
         Err(ApiError::UnsupportedMediaType)
     }
+}
+
+/// The first field of `obj` that is not one of `known`: a body's fields are checked by name, so
+/// that a misspelt one (`acceptUrl`) is refused rather than dropped.
+pub fn unknown_field(obj: &Map<String, Value>, known: &[&str]) -> Option<String> {
+    obj.keys().find(|k| !known.contains(&k.as_str())).cloned()
 }

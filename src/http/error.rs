@@ -50,10 +50,10 @@ pub struct Problem {
     pub status: u16,
     /// What went wrong.
     pub detail: String,
-    /// The invalid field, on 422.
+    /// The invalid or unknown field, on 422.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub field: Option<&'static str>,
+    pub field: Option<String>,
 }
 
 /// The Retry-After header's value in the description: whole seconds, at least one (the limiter
@@ -82,6 +82,12 @@ pub enum ApiError {
     Invalid { field: &'static str, detail: String },
     #[error("{0}")]
     Unprocessable(String),
+    /// A misspelt field would otherwise be dropped silently.
+    #[error("unknown field `{field}`; the fields are {}", known.join(", "))]
+    UnknownField {
+        field: String,
+        known: &'static [&'static str],
+    },
     #[error("the body is larger than {0} bytes")]
     TooLarge(usize),
     #[error("the body must be application/json")]
@@ -125,9 +131,9 @@ impl IntoResponse for ApiError {
         let (status, title) = match &self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "Bad request"),
-            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "Invalid invite")
-            }
+            ApiError::Invalid { .. }
+            | ApiError::Unprocessable(_)
+            | ApiError::UnknownField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid invite"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "Body too large"),
             ApiError::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported media type")
@@ -146,7 +152,8 @@ impl IntoResponse for ApiError {
             status: status.as_u16(),
             detail: self.to_string(),
             field: match &self {
-                ApiError::Invalid { field, .. } => Some(field),
+                ApiError::Invalid { field, .. } => Some((*field).to_owned()),
+                ApiError::UnknownField { field, .. } => Some(field.clone()),
                 _ => None,
             },
         };

@@ -61,8 +61,9 @@ pub struct InviteApi {
         nullable = false,
         min_length = 1,
         max_length = 255,
-        description = "The same key with the same body returns the first answer and sends \
-            once; with another body it is a 422."
+        description = "The same key with the same body (the same JSON value: key order, \
+            whitespace and escapes aside, a null field as an absent one) returns the first \
+            answer and sends once; with another body it is a 422."
     )),
     request_body = Invite,
     responses(
@@ -76,9 +77,9 @@ pub struct InviteApi {
             content_type = "application/problem+json"),
         (status = 415, description = "The body is not application/json.", body = Problem,
             content_type = "application/problem+json"),
-        (status = 422, description = "A field is invalid (`field` names it), `accept_url` is \
-            not on one of the app's link hosts, or the Idempotency-Key was used with another \
-            body.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is invalid or unknown (`field` names it), \
+            `accept_url` is not on one of the app's link hosts, or the Idempotency-Key was used \
+            with another body.", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "A reject rule is exceeded.", body = Problem,
             content_type = "application/problem+json", headers(
                 ("Retry-After" = inline(RetryAfter), description = "Seconds until the rule \
@@ -148,6 +149,10 @@ impl From<InvalidBody> for ApiError {
     fn from(e: InvalidBody) -> Self {
         match e {
             InvalidBody::Field { field, detail } => ApiError::Invalid { field, detail },
+            InvalidBody::UnknownField(field) => ApiError::UnknownField {
+                field,
+                known: validate::FIELDS,
+            },
             other => ApiError::BadRequest(other.to_string()),
         }
     }

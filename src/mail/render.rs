@@ -25,7 +25,7 @@ struct Subject<'a> {
 #[template(path = "email/invite.txt")]
 struct InviteText<'a> {
     inviter: &'a str,
-    product: &'a str,
+    product: Option<&'a str>,
     resource: Option<&'a str>,
     /// The message, each line quoted with `> `.
     quoted: Option<String>,
@@ -39,7 +39,7 @@ struct InviteText<'a> {
 pub(super) struct InviteHtml<'a> {
     pub subject: &'a str,
     pub inviter: &'a str,
-    pub product: &'a str,
+    pub product: Option<&'a str>,
     pub resource: Option<&'a str>,
     pub message: Option<&'a str>,
     pub link: Option<&'a str>,
@@ -120,14 +120,10 @@ fn quote(message: &str) -> String {
 /// edge; lettre encodes header values, and askama escapes the HTML part.
 pub fn render(invite: &Content<'_>, envelope: &Envelope<'_>) -> Result<Message, MailError> {
     let inviter = invite.sender_name.unwrap_or("Someone");
-    let product = envelope.product.unwrap_or("our app");
+    // Without a product name the email says nothing in the product's name ("our app").
+    let product = envelope.product;
     let build = |e: askama::Error| MailError::Build(e.to_string());
-    let subject = Subject {
-        inviter,
-        product: envelope.product,
-    }
-    .render()
-    .map_err(build)?;
+    let subject = Subject { inviter, product }.render().map_err(build)?;
     let text = InviteText {
         inviter,
         product,
@@ -194,7 +190,7 @@ mod tests {
         let html = InviteHtml {
             subject: "s",
             inviter: "Bo & Co",
-            product: "Drawbox",
+            product: Some("Drawbox"),
             resource: Some("<b>doc</b>"),
             message: Some("<script>alert(1)</script>"),
             link: Some("https://drawbox.example/i/1"),
@@ -243,11 +239,13 @@ mod tests {
             product: None,
             ..envelope
         };
-        let raw = formatted(&content(None, None), &no_product);
+        let raw = formatted(&content(None, Some("hi")), &no_product);
         assert!(
             raw.contains("Subject: Someone sent you an invitation\r\n"),
             "{raw}"
         );
+        assert!(!raw.contains("our app") && !raw.contains("None"), "{raw}");
+        assert!(raw.contains("Someone sent you an invitation."), "{raw}");
     }
 
     #[test]

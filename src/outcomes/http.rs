@@ -11,7 +11,10 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{OutcomeError, OutcomeType, Outcomes};
-use crate::http::{ApiError, ApiKey, Problem, RetryAfter, require_json};
+use crate::http::{ApiError, ApiKey, Problem, RetryAfter, require_json, unknown_field};
+
+/// The fields of [`Event`].
+const FIELDS: &[&str] = &["invite_id", "type"];
 
 /// What the handler needs.
 #[derive(Clone)]
@@ -19,8 +22,9 @@ pub struct Events {
     pub outcomes: Outcomes,
 }
 
-/// What happened to an invite.
+/// What happened to an invite. Any other field is refused by name.
 #[derive(Debug, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Event {
     /// The id the invite's 200 answer carried.
     pub invite_id: Uuid,
@@ -67,7 +71,8 @@ pub enum ReceiptStatus {
             content_type = "application/problem+json"),
         (status = 415, description = "The body is not application/json.", body = Problem,
             content_type = "application/problem+json"),
-        (status = 422, description = "A field is invalid; `field` names it.", body = Problem,
+        (status = 422, description = "A field is invalid or unknown; `field` names it.",
+            body = Problem,
             content_type = "application/problem+json"),
         (status = 503, description = "The event could not be recorded; retry later.",
             body = Problem, content_type = "application/problem+json",
@@ -100,6 +105,12 @@ fn parse(body: &[u8]) -> Result<Event, ApiError> {
             "the body must be a JSON object".into(),
         ));
     };
+    if let Some(field) = unknown_field(&obj, FIELDS) {
+        return Err(ApiError::UnknownField {
+            field,
+            known: FIELDS,
+        });
+    }
     let invalid = |field, detail: &str| ApiError::Invalid {
         field,
         detail: detail.into(),
@@ -146,7 +157,8 @@ mod tests {
             schema["properties"]["type"]["enum"],
             serde_json::json!(names)
         );
-        assert_eq!(schema["required"], serde_json::json!(["invite_id", "type"]));
+        assert_eq!(schema["required"], serde_json::json!(FIELDS));
+        assert_eq!(schema["additionalProperties"], false);
         let event =
             parse(br#"{"invite_id":"67e55044-10b1-426f-9247-bb680e5fe0c8","type":"bounce"}"#)
                 .expect("event");

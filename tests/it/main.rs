@@ -3,6 +3,7 @@
 mod addresses;
 mod admin_security;
 mod apps;
+mod cli_errors;
 mod dashboard_browser;
 mod dashboard_http;
 mod deceptive_inputs;
@@ -27,6 +28,7 @@ mod shadow_leaks;
 mod shutdown;
 mod signals;
 mod slow_clients;
+mod strict_input;
 mod support;
 mod transport;
 mod unauthenticated_floods;

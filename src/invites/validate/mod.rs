@@ -31,9 +31,10 @@ const SENDER_NAME_MAX: usize = 128;
 // The body as sent, before any check: what the API's description shows. The limits in its
 // `#[schema]` attributes must be literals there; `the_description_states_the_checks` holds
 // them to the constants above.
-/// An invitation to send. Every field is a string; `null` counts as absent and other fields are
-/// ignored.
+/// An invitation to send. Every field is a string; `null` counts as absent, and any other field
+/// is refused by name.
 #[derive(Debug, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(examples(json!({
     "sender_id": "u_123",
     "recipient": "ana@example.com",
@@ -103,14 +104,30 @@ fn ip_address() -> Schema {
         .into()
 }
 
+/// The fields of [`Invite`].
+pub const FIELDS: &[&str] = &[
+    "sender_id",
+    "recipient",
+    "sender_ip",
+    "resource",
+    "message",
+    "sender_name",
+    "sender_created_at",
+    "accept_url",
+];
+
 impl Invite {
-    /// The body's fields, each of the right type: a field that is not is named.
+    /// The body's fields, each of the right type: a field that is not, or that is unknown, is
+    /// named.
     fn read(body: &[u8]) -> Result<Invite, InvalidBody> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| InvalidBody::NotJson(e.to_string()))?;
         let Value::Object(obj) = value else {
             return Err(InvalidBody::NotAnObject);
         };
+        if let Some(field) = crate::http::unknown_field(&obj, FIELDS) {
+            return Err(InvalidBody::UnknownField(field));
+        }
         Ok(Invite {
             sender_id: required(&obj, "sender_id")?,
             recipient: required(&obj, "recipient")?,
@@ -161,6 +178,8 @@ pub enum InvalidBody {
     NotAnObject,
     #[error("{field}: {detail}")]
     Field { field: &'static str, detail: String },
+    #[error("unknown field `{0}`")]
+    UnknownField(String),
 }
 
 pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
@@ -256,13 +275,25 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
 /// What only the key's app can say about an invite: where its link may point.
 pub fn check_for_app(invite: &ValidInvite, app: &App) -> Result<(), InvalidBody> {
     match &invite.accept_url {
-        Some(url) if !app.allows_link_to(url) => Err(field_error(
-            "accept_url",
-            format!(
-                "host `{}` is not one of the app's link hosts",
-                crate::urls::host_of(url)
-            ),
-        )),
+        Some(url) if !app.allows_link_to(url) => {
+            let host = crate::urls::host_of(url);
+            // `--link-host` replaces the list, so the command keeps the hosts the app has.
+            let hosts: String = app
+                .link_hosts
+                .iter()
+                .map(String::as_str)
+                .chain([host.as_str()])
+                .map(|h| format!(" --link-host {h}"))
+                .collect();
+            Err(field_error(
+                "accept_url",
+                format!(
+                    "host `{host}` is not one of the app's link hosts; an operator adds it with \
+                     `sendguard app update {}{hosts}`",
+                    app.name
+                ),
+            ))
+        }
         _ => Ok(()),
     }
 }

@@ -177,6 +177,18 @@ fn the_description_states_the_checks() {
     use utoipa::PartialSchema;
     let schema = serde_json::to_value(Invite::schema()).expect("schema");
     let property = |field: &str| &schema["properties"][field];
+    // Unknown fields are refused: the description says so, and lists exactly the known ones.
+    assert_eq!(schema["additionalProperties"], false);
+    let mut described: Vec<&str> = schema["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut known = FIELDS.to_vec();
+    described.sort_unstable();
+    known.sort_unstable();
+    assert_eq!(described, known);
     for (field, max) in [
         ("sender_id", SENDER_ID_MAX),
         ("recipient", RECIPIENT_MAX),
