@@ -35,8 +35,10 @@ async fn a_new_senders_held_links_raise_one_flag_and_announce_up_to_the_cap() {
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     for n in 0..20 {
         let (status, _) = api
-            .send(json!({"sender_id": "linky", "recipient": format!("r{n}@example.com"),
-                         "message": "see https://scam.example"}))
+            .send(
+                json!({"sender_id": "linky", "recipient": format!("r{n}@example.com"),
+                         "message": "see https://scam.example"}),
+            )
             .await;
         assert_eq!(status, StatusCode::OK);
     }
@@ -61,10 +63,18 @@ async fn a_new_senders_held_links_raise_one_flag_and_announce_up_to_the_cap() {
     let (flags, events, audit) = records(&stage.pool, "linky").await;
     eprintln!("20 held attempts wrote {flags} flags, {events} webhook events, {audit} audit rows");
     assert_eq!(flags, 1, "one open flag for the rule, not one per invite");
-    assert!(events <= 3, "{events} invite.held events for 3 invites held");
+    assert!(
+        events <= 3,
+        "{events} invite.held events for 3 invites held"
+    );
     assert_eq!(audit, 1, "one audit row, when the flag was raised");
     let counted = wait_for(Duration::from_secs(10), || async {
-        count(&stage.pool, "SELECT count FROM flags WHERE sender_id = 'linky'").await == 20
+        count(
+            &stage.pool,
+            "SELECT count FROM flags WHERE sender_id = 'linky'",
+        )
+        .await
+            == 20
     })
     .await;
     assert!(counted, "the flag counts every attempt");
