@@ -472,6 +472,8 @@ fn batch_args(rows: &[BatchRow<'_>], worker: &str) -> String {
         array("int8", &|r| {
             (if r.held { "100" } else { "NULL" }).to_owned()
         }),
+        // No invite flags its sender.
+        nulls("jsonb"),
     ]
     .join(", ")
 }
