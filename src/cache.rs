@@ -80,6 +80,16 @@ impl<K: Hash + Eq, V: Clone> TtlCache<K, V> {
         entries.insert(key, (value, Instant::now()));
     }
 
+    /// Keeps a value known to be newer than any read in flight, which is then not kept.
+    pub fn put(&self, key: K, value: V) {
+        let mut entries = self.entries();
+        self.inner.epoch.fetch_add(1, Ordering::AcqRel);
+        if entries.len() >= self.inner.capacity {
+            entries.clear();
+        }
+        entries.insert(key, (value, Instant::now()));
+    }
+
     pub fn remove<Q>(&self, key: &Q)
     where
         K: std::borrow::Borrow<Q>,

@@ -7,8 +7,8 @@
 //! (no week covers their time any more, so they land in the default partition with their
 //! original `created_at`), and the week is dropped. Nothing accepted is dropped unseen.
 //!
-//! Rows outside the weeks (the default partition), audit entries and idempotency keys are
-//! removed in small batches, each its own short transaction, with a pause between batches, so
+//! Rows outside the weeks (the default partition), audit entries, idempotency keys, webhook
+//! events delivered or given up, decided flags and outcomes are removed in small batches, each its own short transaction, with a pause between batches, so
 //! the API never waits behind one long delete; `SKIP LOCKED` lets several instances sweep at
 //! once. The batch is picked first (`= ANY(ARRAY(...))`), so the delete finds its rows by
 //! primary key instead of joining.
@@ -53,6 +53,31 @@ pub const DELETE_AUDIT: &str = "DELETE FROM audit_log WHERE id = ANY(ARRAY(
          SELECT id FROM audit_log WHERE at < now() - make_interval(days => $1)
          ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED))";
 
+/// One batch of old webhook events delivered or given up; those still to deliver stay.
+pub const DELETE_WEBHOOK_EVENTS: &str = "DELETE FROM webhook_events WHERE id = ANY(ARRAY(
+         SELECT id FROM webhook_events
+         WHERE created_at < now() - make_interval(days => $1)
+           AND (delivered_at IS NOT NULL OR gave_up_at IS NOT NULL)
+         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
+
+/// One batch of old decided flags. An open flag stays, and so does every flag of a sender
+/// shadow-banned or banned now: the evidence of a ban goes only once the ban does.
+pub const DELETE_FLAGS: &str = "DELETE FROM flags WHERE id = ANY(ARRAY(
+         SELECT f.id FROM flags f
+         WHERE f.closed_at IS NOT NULL AND f.last_seen_at < now() - make_interval(days => $1)
+           AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = f.app_id
+               AND s.id = f.sender_id AND s.state IN ('shadow_banned', 'banned'))
+         ORDER BY f.last_seen_at LIMIT $2 FOR UPDATE OF f SKIP LOCKED))";
+
+/// One batch of old outcomes, counted already; those of a sender shadow-banned or banned now
+/// stay with the ban they may back. Picked by physical address, as keys are.
+pub const DELETE_OUTCOMES: &str = "DELETE FROM outcomes WHERE ctid = ANY(ARRAY(
+         SELECT o.ctid FROM outcomes o
+         WHERE o.at < now() - make_interval(days => $1) AND o.counted
+           AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = o.app_id
+               AND s.id = o.sender_id AND s.state IN ('shadow_banned', 'banned'))
+         ORDER BY o.at LIMIT $2 FOR UPDATE OF o SKIP LOCKED))";
+
 #[derive(Clone)]
 pub struct Retention {
     pub pool: PgPool,
@@ -71,6 +96,9 @@ pub struct Swept {
     pub invites: u64,
     pub audit_entries: u64,
     pub keys: u64,
+    pub webhook_events: u64,
+    pub flags: u64,
+    pub outcomes: u64,
 }
 
 /// Makes the weeks from the one holding `since` to two weeks ahead.
@@ -99,6 +127,9 @@ impl Retention {
             invites: dropped + self.drain(DELETE_INVITES, "invites").await?,
             audit_entries: self.drain(DELETE_AUDIT, "audit_log").await?,
             keys: self.drain(DELETE_KEYS, "idempotency_keys").await?,
+            webhook_events: self.drain(DELETE_WEBHOOK_EVENTS, "webhook_events").await?,
+            flags: self.drain(DELETE_FLAGS, "flags").await?,
+            outcomes: self.drain(DELETE_OUTCOMES, "outcomes").await?,
         })
     }
 
@@ -178,6 +209,9 @@ impl Retention {
                         invites = s.invites,
                         audit_entries = s.audit_entries,
                         idempotency_keys = s.keys,
+                        webhook_events = s.webhook_events,
+                        flags = s.flags,
+                        outcomes = s.outcomes,
                         "retention sweep"
                     );
                 }

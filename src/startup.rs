@@ -19,6 +19,7 @@ use crate::db::{self, DbError};
 use crate::http::{TrustedProxies, server};
 use crate::incident::Incident;
 use crate::invites::InviteService;
+use crate::invites::follow_up::FollowUps;
 use crate::invites::global::GlobalCounts;
 use crate::invites::writer::Writer;
 use crate::limiter::{self, KeyPrefix, Limiter, MemoryStore, RedisSettings, RedisStore};
@@ -162,6 +163,7 @@ impl Services {
                 metrics.clone(),
             )
             .await?,
+            follow_ups: FollowUps::new(pool.clone(), cfg.repeat_auto_confirm),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
@@ -310,6 +312,7 @@ pub async fn launch(
     ));
     tasks.spawn(outbox.run(stop.clone()));
     tasks.spawn(webhooks.run(stop.clone()));
+    tasks.spawn(invites.follow_ups.clone().run(stop.clone()));
     tasks.spawn(invites.watch_deferred(stop.clone()));
     tasks.spawn(outcomes.watch_uncounted(stop.clone()));
     tasks.spawn(

@@ -54,16 +54,19 @@ impl InviteService {
         for (row, sender, answers) in &answered {
             let state = states.get(sender).copied().unwrap_or(SenderState::Active);
             let d = answers.verdict(state);
-            if let Some(b) = &d.breach
-                && let Some(flagged) =
-                    store::flag(&mut tx, sender, b, Some(row.id), self.confirm_repeat).await?
-            {
-                // The sender's next invites in this batch are held as the flag says.
-                states.insert(sender.clone(), flagged);
-            }
             let mut decision = d.decision;
             decision.deferred = true;
-            store::settle_deferred(&mut tx, row, d.status, &decision, self.held_cap).await?;
+            let kept =
+                store::settle_deferred(&mut tx, row, d.status, &decision, self.held_cap).await?;
+            if let Some(b) = &d.breach {
+                let flagged =
+                    store::flag(&mut tx, sender, b, Some(row.id), self.confirm_repeat, kept)
+                        .await?;
+                if let Some(flagged) = flagged {
+                    // The sender's next invites in this batch are held as the flag says.
+                    states.insert(sender.clone(), flagged);
+                }
+            }
         }
         tx.commit().await?;
         if !answered.is_empty() {

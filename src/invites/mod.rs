@@ -7,6 +7,7 @@
 
 mod decision;
 mod deferred;
+pub mod follow_up;
 pub mod global;
 pub mod http;
 pub mod idempotency;
@@ -28,13 +29,14 @@ use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
 use crate::metrics::{DependencyError, Metrics};
 use crate::moderation::{self, SenderState, SenderStates, Standing};
 use crate::rules::contribution::InviteFacts;
-use crate::rules::{Rule, RuleCache, Scope, Signal, Subjects};
+use crate::rules::{Action, Rule, RuleCache, Scope, Signal, Subjects};
 use crate::sender_key::SenderKey;
 use crate::signals;
+use follow_up::FollowUps;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
 pub use store::insert::INSERT_BATCH;
-use store::{Assumed, Flagging, NewInvite, Written};
+use store::{Assumed, NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
 use writer::{Write, Writer};
 
@@ -77,6 +79,8 @@ pub struct InviteService {
     pub pool: PgPool,
     /// Invites are written through it, many to a commit.
     pub writer: Writer,
+    /// Flags left by written invites, done after their commit.
+    pub follow_ups: FollowUps,
     pub limiter: Limiter,
     pub rules: RuleCache,
     pub senders: SenderStates,
@@ -89,7 +93,7 @@ pub struct InviteService {
     pub on_redis_error: RedisPolicy,
     /// Days a sender counts as new for `new_senders_only` rules.
     pub new_sender_days: i64,
-    /// Confirm a repeat offender's ban without waiting for review.
+    /// Confirm a repeat offender's ban without waiting for review (deferred invites).
     pub confirm_repeat: bool,
     pub metrics: Metrics,
     /// Outages of each dependency, logged once each.
@@ -186,18 +190,19 @@ impl InviteService {
                 return Ok(Outcome::Rejected(r));
             }
             let status = decided.status;
-            let write = match (decided.breach, status) {
-                (Some(breach), _) => Write::Flagged(Flagging {
-                    assumed: state,
-                    breach,
-                    held_cap: self.held_cap,
-                    confirm_repeat: self.confirm_repeat,
-                }),
-                (None, Status::Held) => Write::Held {
+            // A breach holds its invite; its flag follows the commit.
+            let banning = decided
+                .breach
+                .as_ref()
+                .is_some_and(|b| b.action == Action::ShadowBan);
+            let flagging = decided.breach.is_some();
+            let write = match status {
+                Status::Held => Write::Held {
                     assumed: state,
                     cap: self.held_cap,
+                    breach: decided.breach,
                 },
-                (None, status) => Write::Queued(Assumed::new(
+                status => Write::Queued(Assumed::new(
                     &standing,
                     state == SenderState::Active && status == Status::Queued,
                 )),
@@ -215,6 +220,18 @@ impl InviteService {
                 request_hash: request_hash.clone(),
             };
             if self.record(new, write).await? != Written::Skipped {
+                if flagging {
+                    self.follow_ups.wake();
+                }
+                if banning {
+                    // Held at once on this instance, until the follow-up's state change is
+                    // announced to every instance.
+                    let banned = Standing {
+                        state: SenderState::ShadowBanned,
+                        ..standing
+                    };
+                    self.senders.assume(&sender, banned);
+                }
                 return Ok(Outcome::Accepted(id));
             }
             // Not written: the key was taken first (answer as its first use did), or the
@@ -244,8 +261,6 @@ impl InviteService {
     async fn record(&self, new: NewInvite, write: Write) -> Result<Written, BatchError> {
         let started = std::time::Instant::now();
         let status = new.status;
-        let flagged = matches!(write, Write::Flagged(_));
-        let sender = new.sender.clone();
         let written = self.writer.write(new, write).await;
         match &written {
             Ok(Written::Skipped) => {}
@@ -253,10 +268,6 @@ impl InviteService {
                 self.postgres.recovered();
                 self.metrics.postgres_latency(started.elapsed());
                 self.metrics.invites(status.as_str(), 1);
-                if flagged {
-                    // Every instance hears of the new state from the trigger; this one at once.
-                    self.senders.forget(&sender);
-                }
             }
             Err(e) => {
                 self.postgres.failed(e);

@@ -1,19 +1,21 @@
 //! Group commit: invites that arrive while a write is in progress are written together, in one
 //! transaction with one commit ([`crate::coalesce`]), and each request gets its answer after that
 //! commit. Queued and held invites go in one multi-row statement, so a held one answers as fast
-//! as a queued one; flagging ones (the flag, the sender's new state and the audit entries with
-//! the invite that caused them) follow in the same transaction. When the commit fails, every
+//! as a queued one, a flagging one too: the statement leaves its flag to a follow-up
+//! ([`super::follow_up`]), written with it, that the flag's own transaction does after the
+//! commit. When the commit fails, every
 //! request of the batch gets the error, so none is answered 200 unless it is committed. Queued
 //! invites are written claimed by this instance's outbox when it has room for them, and handed
 //! to it after the commit.
 
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 use tokio::runtime;
 use tokio::sync::oneshot;
 
+use super::policy::Breach;
 use super::policy::Status;
 use super::store::insert::{Claim, Row, WrittenRow, insert_batch, outcome};
-use super::store::{self, Assumed, Flagging, NewInvite, Written};
+use super::store::{Assumed, NewInvite, Written};
 use crate::coalesce::{BatchError, Batcher};
 use crate::db::{self, DbError};
 use crate::mail::{Handoff, Outgoing, Slot};
@@ -27,10 +29,12 @@ pub const MAX_BATCH: usize = 256;
 pub enum Write {
     /// No breach, nothing to hold: in the batch's multi-row statement.
     Queued(Assumed),
-    /// Held, with no new flag.
-    Held { assumed: SenderState, cap: i64 },
-    /// With the flag of a breach.
-    Flagged(Flagging),
+    /// Held; with the breach that flags its sender, done by a follow-up once it is written.
+    Held {
+        assumed: SenderState,
+        cap: i64,
+        breach: Option<Breach>,
+    },
 }
 
 struct Job {
@@ -103,8 +107,7 @@ impl Writer {
     }
 }
 
-/// Writes a batch: queued and held invites in one statement, then the flagging ones one by
-/// one, then one commit ([`write`]).
+/// Writes a batch in one statement, its own transaction.
 async fn commit(
     conn: &mut PgConnection,
     outbox: &Handoff,
@@ -113,18 +116,23 @@ async fn commit(
 ) -> Result<Vec<Written>, sqlx::Error> {
     let rows: Vec<Row<'_>> = batch
         .iter()
-        .filter_map(|job| match job.write {
-            Write::Queued(assumed) => Some(Row {
+        .map(|job| match &job.write {
+            Write::Queued(assumed) => Row {
                 new: &job.new,
-                assumed,
+                assumed: *assumed,
                 held_cap: None,
-            }),
-            Write::Held { assumed, cap } => Some(Row {
+                breach: None,
+            },
+            Write::Held {
+                assumed,
+                cap,
+                breach,
+            } => Row {
                 new: &job.new,
-                assumed: Assumed::state(assumed),
-                held_cap: Some(cap),
-            }),
-            Write::Flagged(_) => None,
+                assumed: Assumed::state(*assumed),
+                held_cap: Some(*cap),
+                breach: breach.as_ref(),
+            },
         })
         .collect();
     // Room in the outbox is taken before the write, so that every invite written claimed by it
@@ -138,12 +146,12 @@ async fn commit(
         lease: outbox.lease(),
         rows: slots.iter().map(Option::is_some).collect(),
     };
-    // Two transactions that create the same new senders in crossed order (one in its batch
-    // statement, the other as it flags it; instances or writers racing) can wait on each other:
-    // Postgres aborts one, and its batch, all rolled back, is simply written again.
+    // Two batches that wait on each other's senders (instances or writers racing with a
+    // follow-up between them) are broken up by Postgres: the aborted one, all rolled back, is
+    // simply written again.
     let mut attempt = 1;
-    let (answers, written) = loop {
-        match write(conn, batch, &rows, &claim).await {
+    let written = loop {
+        match insert_batch(conn, &rows, &claim).await {
             Err(e) if attempt < ATTEMPTS && deadlocked(&e) => {
                 tracing::warn!(attempt, error = %e, "a batch was deadlocked; writing it again");
                 metrics.batch_retried();
@@ -157,6 +165,10 @@ async fn commit(
         }
     };
     metrics.batch_written(batch.len());
+    let answers = batch
+        .iter()
+        .map(|job| outcome(job.new.id, &written))
+        .collect();
     hand_over(&rows, slots, &written);
     Ok(answers)
 }
@@ -173,45 +185,6 @@ fn deadlocked(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|d| d.code())
         .is_some_and(|code| code == "40P01" || code == "40001")
-}
-
-/// One attempt at a batch: its answers and the rows of the batch statement. Without flagging
-/// invites the statement is the whole write, atomic without a transaction of its own.
-async fn write(
-    conn: &mut PgConnection,
-    batch: &[Job],
-    rows: &[Row<'_>],
-    claim: &Claim<'_>,
-) -> Result<(Vec<Written>, Vec<WrittenRow>), sqlx::Error> {
-    if rows.len() == batch.len() {
-        let written = insert_batch(conn, rows, claim).await?;
-        let answers = batch
-            .iter()
-            .map(|job| outcome(job.new.id, &written))
-            .collect();
-        return Ok((answers, written));
-    }
-    let mut tx = conn.begin().await?;
-    // Flagging invites lock their senders one by one, after the batch statement: the senders
-    // of the whole batch that exist are locked first, in key order, so that two batches lock
-    // them in one order. New ones are created as they come (see the retry in [`commit`]).
-    store::lock_senders(&mut tx, batch.iter().map(|job| &job.new.sender)).await?;
-    let written = if rows.is_empty() {
-        Vec::new()
-    } else {
-        insert_batch(&mut tx, rows, claim).await?
-    };
-    let mut answers = Vec::with_capacity(batch.len());
-    for job in batch {
-        answers.push(match &job.write {
-            Write::Flagged(flagging) => {
-                store::insert_with_flag(&mut tx, &job.new, flagging).await?
-            }
-            _ => outcome(job.new.id, &written),
-        });
-    }
-    tx.commit().await?;
-    Ok((answers, written))
 }
 
 /// Hands the committed invites written claimed to the outbox; the other slots are given back.

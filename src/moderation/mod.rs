@@ -135,6 +135,12 @@ impl SenderStates {
         Ok(standing)
     }
 
+    /// Takes the sender's standing to be `standing` until a change is announced: one this
+    /// instance made and is about to commit.
+    pub fn assume(&self, sender: &SenderKey, standing: Standing) {
+        self.cache.put(sender.clone(), standing);
+    }
+
     pub fn forget(&self, sender: &SenderKey) {
         self.cache.remove(sender);
     }
@@ -264,17 +270,23 @@ pub struct Flag<'a> {
 /// offender; and how long an address stays linked to the sender banned from it.
 pub const MEMORY_DAYS: i32 = 30;
 
-/// Writes the flag and its audit entry.
+/// Writes the flag and, when it is a new one, its audit entry; answers whether it is new. A
+/// `hold` flag still open for the same rule has its count raised (and its last-seen time)
+/// instead: one sender's attempts add nothing more to the records.
 async fn record_flag(
     tx: &mut Transaction<'_, Postgres>,
     flag: &Flag<'_>,
     action: &str,
     repeat: bool,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
+) -> Result<bool, sqlx::Error> {
+    let new: bool = sqlx::query_scalar(
         "INSERT INTO flags (app_id, sender_id, rule_id, rule_name, signal, action, observed,
              limit_count, window_secs, invite_id, repeat)
-         VALUES ($11, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         VALUES ($11, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (app_id, sender_id, rule_name) WHERE action = 'hold' AND closed_at IS NULL
+         DO UPDATE SET count = flags.count + 1, last_seen_at = now(),
+             observed = GREATEST(flags.observed, EXCLUDED.observed)
+         RETURNING xmax = 0",
     )
     .bind(&flag.sender.id)
     .bind(flag.rule_id)
@@ -287,8 +299,11 @@ async fn record_flag(
     .bind(flag.invite_id)
     .bind(repeat)
     .bind(flag.sender.app_id)
-    .execute(&mut **tx)
+    .fetch_one(&mut **tx)
     .await?;
+    if !new {
+        return Ok(false);
+    }
     audit::write(
         &mut **tx,
         Entry {
@@ -306,7 +321,25 @@ async fn record_flag(
             ..Entry::new(audit::SYSTEM, action)
         },
     )
+    .await?;
+    Ok(true)
+}
+
+/// Decides the sender's open flags: a reviewer's decision answers them all, and a later breach
+/// of the same `hold` rule opens a new one.
+pub async fn close_flags(
+    tx: &mut Transaction<'_, Postgres>,
+    sender: &SenderKey,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE flags SET closed_at = now()
+         WHERE app_id = $1 AND sender_id = $2 AND closed_at IS NULL",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .execute(&mut **tx)
     .await
+    .map(drop)
 }
 
 /// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
@@ -380,9 +413,17 @@ fn banned_by(signal: &str) -> &'static str {
 const BY_OUTCOMES: &str = "system:outcomes";
 
 /// Flags a sender for review without changing its state: a `hold` breach. The app hears of
-/// the held invite through its webhook.
-pub async fn hold(tx: &mut Transaction<'_, Postgres>, flag: &Flag<'_>) -> Result<(), sqlx::Error> {
+/// the held invite through its webhook when it was `stored`; one discarded past the held cap
+/// is only counted.
+pub async fn hold(
+    tx: &mut Transaction<'_, Postgres>,
+    flag: &Flag<'_>,
+    stored: bool,
+) -> Result<(), sqlx::Error> {
     record_flag(tx, flag, "hold", false).await?;
+    if !stored {
+        return Ok(());
+    }
     let data = serde_json::json!({
         "invite_id": flag.invite_id,
         "rule": flag.rule_name,

@@ -320,6 +320,7 @@ pub async fn apply(
     if review.action.bans() {
         super::remember_addresses(&mut tx, sender).await?;
     }
+    super::close_flags(&mut tx, sender).await?;
     let invites_changed = match review.action.held_become() {
         // Released invites go to the queue as they are: they were counted when they came in.
         Some(status) => sqlx::query(

@@ -221,6 +221,21 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
             sendguard::retention::DELETE_KEYS,
             vec![Int4(30), Int8(1000)],
         ),
+        (
+            "retention: webhook events",
+            sendguard::retention::DELETE_WEBHOOK_EVENTS,
+            vec![Int4(30), Int8(1000)],
+        ),
+        (
+            "retention: flags",
+            sendguard::retention::DELETE_FLAGS,
+            vec![Int4(30), Int8(1000)],
+        ),
+        (
+            "retention: outcomes",
+            sendguard::retention::DELETE_OUTCOMES,
+            vec![Int4(30), Int8(1000)],
+        ),
     ];
     let mut slow = Vec::new();
     for (name, sql, params) in &cases {
@@ -457,6 +472,8 @@ fn batch_args(rows: &[BatchRow<'_>], worker: &str) -> String {
         array("int8", &|r| {
             (if r.held { "100" } else { "NULL" }).to_owned()
         }),
+        // No invite flags its sender.
+        nulls("jsonb"),
     ]
     .join(", ")
 }

@@ -10,10 +10,11 @@ use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
+use crate::follow_ups::flags_done;
 use crate::support::api::Api;
 use crate::support::app::{
-    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_flags, hold_senders,
-    orphans, series, wait_for, waiting_in, waiting_on_locks,
+    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_senders, orphans,
+    wait_for, waiting_on_locks,
 };
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is
@@ -304,6 +305,7 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
     let body = json!({"sender_id": "fresh", "recipient": "r@example.com",
         "message": "see prize[.]example.com"});
     retried_on_two_writers(&api, &db, lock, "retried-1", body).await;
+    flags_done(&stage.pool).await;
     let flags: Vec<Option<uuid::Uuid>> =
         sqlx::query_scalar("SELECT invite_id FROM flags WHERE sender_id = 'fresh'")
             .fetch_all(&stage.pool)
@@ -316,118 +318,6 @@ async fn a_flagging_invite_retried_on_another_writer_flags_its_sender_once() {
         .await
         .expect("invite");
     assert_eq!(invites, 1, "the flag names the invite written");
-}
-
-/// Series `name` summed over the instances whose metrics listen at `instances`.
-async fn metric_sum(instances: &[std::net::SocketAddr], name: &str) -> f64 {
-    let mut sum = 0.0;
-    for at in instances {
-        let text = reqwest::get(format!("http://{at}/metrics"))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
-        sum += series(&text, name).unwrap_or_else(|| panic!("{name} in\n{text}"));
-    }
-    sum
-}
-
-/// Two instances whose batches create the same two new senders in crossed order: each creates
-/// one in its batch statement (a queued invite) and then the other as it flags it (a new
-/// sender's link), so each transaction waits on the sender the other just created. Postgres
-/// aborts one of them as deadlocked; its batch must be written again, not answered 503. Locks
-/// line the batches up: a plug invite on each instance waits on its locked sender while the
-/// others queue behind it in a known order; then a lock on `flags` stops each batch at its
-/// first flag (a gate sender's), after its statement and before its crossed sender, so that
-/// both have created theirs when it is released.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_creating_the_same_new_senders_in_crossed_order_answer_every_invite() {
-    let plugs = "INSERT INTO senders (app_id, id) VALUES (1, 'plug1'), (1, 'plug2')";
-    let stage = Stage::start_with("groupcrossed", &[plugs], |cfg| cfg.db_writers = 1).await;
-    let mut config = crate::support::app::config(&stage.db, Some(stage.sink.url()));
-    config.db_writers = 1;
-    let other = sendguard::start(&config).await.expect("second instance");
-    let api = Api::new(stage.base(), api_key(&stage.pool).await);
-    let apis = [api.clone(), api.at(format!("http://{}", other.addr))];
-    let instances = [stage.app.metrics_addr, other.metrics_addr];
-    let db = stage.db.name.clone();
-    let plugged = hold_senders(&stage.pool, &["plug1", "plug2"]).await;
-    let link = "Claim it at http://prize.example";
-    let mut answers = Vec::new();
-    let mut decided = [0.0; 2];
-    for (on, sender, message) in [
-        (0, "plug1", "Hello"),
-        (1, "plug2", "Hello"),
-        (0, "gate1", link),
-        (0, "crossA", link),
-        (0, "crossB", "Hi"),
-        (1, "gate2", link),
-        (1, "crossB", link),
-        (1, "crossA", "Hi"),
-    ] {
-        let api = apis[on].clone();
-        let body = json!({"sender_id": sender, "recipient": format!("{sender}-{on}@example.com"),
-            "message": message});
-        answers.push(tokio::spawn(async move { api.send(body).await.0 }));
-        // Each invite is decided (its limiter call counted) before the next is sent, so that
-        // each instance's writer queues them in this order.
-        decided[on] += 1.0;
-        let count = decided[on];
-        let counted = wait_for(Duration::from_secs(10), || async move {
-            metric_sum(&[instances[on]], "sendguard_redis_seconds_count").await == count
-        })
-        .await;
-        assert!(counted, "{sender}'s invite on instance {on} was decided");
-        if sender == "plug2" {
-            assert!(
-                waiting_on_locks(&db, 2).await,
-                "the plugs wait on their senders"
-            );
-        }
-    }
-    let flags = hold_flags(&stage.pool).await;
-    plugged.commit().await.expect("release the plugs");
-    assert!(
-        waiting_in(&db, "INSERT INTO flags", 2).await,
-        "both crossed batches wait to flag their gate senders"
-    );
-    let deadlocks = database_stat(&db, "deadlocks").await;
-    flags.commit().await.expect("release the crossed batches");
-
-    let mut statuses = Vec::new();
-    for answer in answers {
-        statuses.push(answer.await.expect("request"));
-    }
-    assert_eq!(statuses, vec![StatusCode::OK; 8]);
-    // Each backend reports its statistics within a second or so of its transaction's end.
-    let deadlocked = wait_for(Duration::from_secs(5), || async {
-        database_stat(&db, "deadlocks").await > deadlocks
-    })
-    .await;
-    assert!(
-        deadlocked,
-        "the batches did not deadlock: the test proved nothing"
-    );
-    // The batch written again may meet the other one again, if it comes back before the other
-    // has taken the sender it waited on, and be written a third time.
-    let retries = metric_sum(&instances, "sendguard_batch_retries_total").await;
-    assert!(
-        (1.0..=2.0).contains(&retries),
-        "one of the two batches was written again: {retries} retries"
-    );
-    let written: Vec<(String, String)> = sqlx::query_as(
-        "SELECT sender_id, status FROM invites WHERE sender_id LIKE 'cross%'
-         ORDER BY sender_id, status",
-    )
-    .fetch_all(&stage.pool)
-    .await
-    .expect("invites");
-    let held = written
-        .iter()
-        .filter(|(_, status)| status == "held")
-        .count();
-    assert_eq!((written.len(), held), (4, 2), "{written:?}");
 }
 
 /// A held invite retried with its Idempotency-Key on another writer while the first attempt is

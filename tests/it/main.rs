@@ -9,6 +9,7 @@ mod dashboard_http;
 mod deceptive_inputs;
 mod edge_attacks;
 mod explain;
+mod follow_ups;
 mod fuzz_routes;
 mod group_commit;
 mod instances;

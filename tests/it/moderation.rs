@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::follow_ups::flags_done;
 use crate::support::api::Api;
 use crate::support::app::{self as app, api_key, orphans, queued, sender_state, wait_for};
 use sendguard::limiter::{KeyPrefix, Limiter};
@@ -50,8 +51,10 @@ impl Stage {
         }
     }
 
+    /// Sends an invite, and waits for the flag it may leave.
     async fn invite(&self, sender: &str, recipient: &str) {
         self.api.accepted(sender, recipient).await;
+        flags_done(&self.pool).await;
     }
 
     /// Waits for the outbox to settle; returns the recipients the sink got.

@@ -139,3 +139,81 @@ async fn old_weeks_are_dropped_and_waiting_invites_stay() {
     .expect("weeks ahead");
     assert!(ahead >= 2, "{ahead} weeks ahead");
 }
+
+/// Webhook events delivered or given up, decided flags and outcomes go past the retention like
+/// invites; what backs a ban or a review still open stays: flags of senders shadow-banned or
+/// banned, open flags, events still to deliver, outcomes of banned senders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_events_decided_flags_and_outcomes_go_and_what_backs_a_ban_stays() {
+    let old = "now() - interval '40 days'";
+    let flag = |sender: &str, closed: &str| {
+        format!(
+            "INSERT INTO flags (app_id, sender_id, rule_name, observed, limit_count, window_secs,
+                 created_at, last_seen_at, closed_at)
+             VALUES (1, '{sender}', 'r', 2, 1, 60, {old}, {old}, {closed})"
+        )
+    };
+    let event = |delivered: &str, gave_up: &str| {
+        format!(
+            "INSERT INTO webhook_events (id, app_id, type, payload, created_at, delivered_at,
+                 gave_up_at)
+             VALUES (gen_random_uuid(), 1, 'invite.held', '{{}}', {old}, {delivered}, {gave_up})"
+        )
+    };
+    let outcome = |sender: &str| {
+        format!(
+            "INSERT INTO outcomes (invite_id, type, app_id, sender_id, at)
+             VALUES (gen_random_uuid(), 'bounce', 1, '{sender}', {old})"
+        )
+    };
+    let sql = [
+        "INSERT INTO senders (app_id, id, state) VALUES (1, 'lifted', 'active'),
+             (1, 'muted', 'shadow_banned'), (1, 'gone', 'banned')"
+            .to_owned(),
+        flag("lifted", old),
+        flag("lifted", "NULL"),
+        flag("muted", old),
+        flag("gone", old),
+        event(old, "NULL"),
+        event("NULL", old),
+        event("NULL", "NULL"),
+        "INSERT INTO webhook_events (id, app_id, type, payload, delivered_at)
+         VALUES (gen_random_uuid(), 1, 'invite.held', '{}', now())"
+            .to_owned(),
+        outcome("lifted"),
+        outcome("gone"),
+        "INSERT INTO outcomes (invite_id, type, app_id, sender_id)
+         VALUES (gen_random_uuid(), 'bounce', 1, 'lifted')"
+            .to_owned(),
+    ];
+    let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
+    let (_db, pool) = migrated("retentionflags", &sql).await;
+    let retention = Retention {
+        pool: pool.clone(),
+        metrics: Default::default(),
+        days: 30,
+        batch: 1,
+        pause: Duration::from_millis(1),
+    };
+    let swept = retention.sweep().await.expect("sweep");
+    assert_eq!(
+        (swept.webhook_events, swept.flags, swept.outcomes),
+        (2, 1, 1),
+        "{swept:?}"
+    );
+    let left: (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM webhook_events),
+             (SELECT count(*) FROM flags WHERE sender_id = 'lifted' AND closed_at IS NULL),
+             (SELECT count(*) FROM flags WHERE sender_id IN ('muted', 'gone')),
+             (SELECT count(*) FROM outcomes)",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("left");
+    assert_eq!(
+        left,
+        (2, 1, 2, 2),
+        "events pending or recent, the open flag, the banned senders' flags, outcomes recent or of a ban"
+    );
+    assert_eq!(retention.sweep().await.expect("again"), Swept::default());
+}

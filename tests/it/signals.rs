@@ -8,6 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
+use crate::follow_ups::flags_done;
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key, app_key, sender_state, wait_for};
 use crate::support::smtp::SmtpSink;
@@ -66,6 +67,7 @@ async fn links_from_new_senders_are_held_and_the_next_clean_invite_goes_out() {
         statuses(&stage.pool, "newbie").await,
         counts(&[("held", 1), ("sent", 1)])
     );
+    flags_done(&stage.pool).await;
     assert_eq!(
         sender_state(&stage.pool, "newbie").await,
         "active",
@@ -101,6 +103,7 @@ async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
     }
     assert_eq!(sender_state(&stage.pool, "team-lead").await, "active");
     api.accepted("team-lead", "stranger@example.com").await;
+    flags_done(&stage.pool).await;
     assert_eq!(
         sender_state(&stage.pool, "team-lead").await,
         "shadow_banned"
@@ -132,6 +135,7 @@ async fn recipients_that_collide_in_a_public_hash_count_as_two() {
     api.accepted("picker", &first).await;
     assert_eq!(sender_state(&stage.pool, "picker").await, "active");
     api.accepted("picker", &second).await;
+    flags_done(&stage.pool).await;
     assert_eq!(sender_state(&stage.pool, "picker").await, "shadow_banned");
 }
 
@@ -266,6 +270,7 @@ async fn a_banned_senders_new_account_from_the_same_address_is_linked() {
     for n in 0..2 {
         api.send(from("spammer", n, "2001:db8:7:7::1", "hi")).await;
     }
+    flags_done(&stage.pool).await;
     assert_eq!(sender_state(&stage.pool, "spammer").await, "shadow_banned");
     // Another address in the same /64, an old account (so not caught as a new sender).
     let (status, _) = api
@@ -417,6 +422,7 @@ async fn repeat_offenders_are_marked_and_can_be_confirmed_at_once() {
     for n in 0..2 {
         api.accepted("again", &format!("r{n}@example.com")).await;
     }
+    flags_done(&stage.pool).await;
     let (state, repeat): (String, bool) =
         sqlx::query_as("SELECT state, repeat_offender FROM senders WHERE id = 'again'")
             .fetch_one(&stage.pool)

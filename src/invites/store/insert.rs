@@ -1,6 +1,6 @@
 //! The insert statement: a batch's queued and held invites written in one multi-row statement,
 //! so that holding an invite costs the time sending one does. A held invite that flags its sender
-//! goes through it too, alone, after its flag.
+//! goes through it too, with the follow-up that writes the flag ([`crate::invites::follow_up`]).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
@@ -8,6 +8,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{Assumed, NewInvite, Written};
+use crate::invites::follow_up;
+use crate::invites::policy::Breach;
 
 /// The outbox that takes queued invites as they are written ([`crate::mail::Handoff`]): each
 /// invite given room in it is written claimed by it.
@@ -18,17 +20,6 @@ pub struct Claim<'a> {
     pub rows: Vec<bool>,
 }
 
-impl Claim<'_> {
-    /// No row written claimed.
-    pub fn none(rows: usize) -> Claim<'static> {
-        Claim {
-            worker_id: "",
-            lease: std::time::Duration::ZERO,
-            rows: vec![false; rows],
-        }
-    }
-}
-
 /// One invite of the batch statement.
 pub struct Row<'a> {
     pub new: &'a NewInvite,
@@ -36,6 +27,8 @@ pub struct Row<'a> {
     /// A held invite: the most held invites its sender may have stored. Past it, only what
     /// idempotency needs is kept, as `discarded`, and the sender's overflow counts it.
     pub held_cap: Option<i64>,
+    /// A held invite that flags its sender: once it is written, a follow-up does the flag.
+    pub breach: Option<&'a Breach>,
 }
 
 /// An invite written, whether it was past its sender's held cap, and, when it was written
@@ -66,34 +59,42 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::text[], $5::text[],
              $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
              $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
-             $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[])
+             $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[],
+             $25::jsonb[])
              WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
                  recipient_domain, sender_ip, resource, message, sender_name, status,
                  decision, idempotency_key, request_hash, accept_url, assumed, admitted,
-                 version, address, created_in_app_at, claimed, held_cap, n)),
+                 version, address, created_in_app_at, claimed, held_cap, breach, n)),
      locked AS (
-         SELECT s.* FROM (SELECT app_id, sender_id FROM input
+         SELECT s.*, EXISTS (SELECT 1 FROM pending_flags p
+                 WHERE p.app_id = s.app_id AND p.sender_id = s.id
+                     AND p.breach ->> 'action' = 'shadow_ban') AS banning
+         FROM (SELECT app_id, sender_id FROM input
                  WHERE EXISTS (SELECT 1 FROM input WHERE held_cap IS NOT NULL)
                  GROUP BY app_id, sender_id ORDER BY app_id, sender_id COLLATE \"C\") k,
              LATERAL (SELECT app_id, id, state, held_stored FROM senders
                  WHERE app_id = k.app_id AND id = k.sender_id FOR UPDATE) s),
+     fits AS (
+         SELECT i.n, COALESCE(l.held_stored, 0) AS held_stored FROM input i
+         LEFT JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id
+         WHERE i.held_cap IS NOT NULL AND (l.state = i.assumed
+             OR (l.id IS NULL AND i.assumed = 'active')
+             OR (l.banning AND l.state = 'active' AND i.assumed = 'shadow_banned'))),
      held_keyed AS (
          INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
          SELECT i.api_key_id, i.idempotency_key, i.id, i.request_hash FROM input i
-         JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
-         WHERE i.held_cap IS NOT NULL AND i.idempotency_key IS NOT NULL
+         JOIN fits f ON f.n = i.n
+         WHERE i.idempotency_key IS NOT NULL
              AND NOT EXISTS (SELECT 1 FROM input j WHERE j.n < i.n
                  AND j.api_key_id = i.api_key_id AND j.idempotency_key = i.idempotency_key)
          ORDER BY i.n
          ON CONFLICT (api_key_id, key) DO NOTHING
          RETURNING invite_id),
      held AS (
-         SELECT i.n, i.app_id, i.sender_id, l.held_stored + row_number()
+         SELECT i.n, i.app_id, i.sender_id, f.held_stored + row_number()
              OVER (PARTITION BY i.app_id, i.sender_id ORDER BY i.n) <= i.held_cap AS room
-         FROM input i
-         JOIN locked l ON l.app_id = i.app_id AND l.id = i.sender_id AND l.state = i.assumed
-         WHERE i.held_cap IS NOT NULL
-             AND (i.idempotency_key IS NULL OR i.id IN (SELECT invite_id FROM held_keyed))),
+         FROM input i JOIN fits f ON f.n = i.n
+         WHERE i.idempotency_key IS NULL OR i.id IN (SELECT invite_id FROM held_keyed)),
      slots AS (
          SELECT app_id, sender_id, count(*) FILTER (WHERE room) AS stored,
              count(*) FILTER (WHERE NOT room) AS overflow
@@ -129,29 +130,38 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          SELECT api_key_id, idempotency_key, id, request_hash FROM admitted
          WHERE idempotency_key IS NOT NULL AND room IS NULL ORDER BY n
          ON CONFLICT (api_key_id, key) DO NOTHING
-         RETURNING invite_id)
-     INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-         sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-         accept_url, claimed_by, claimed_until)
-     SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
-         CASE WHEN room IS NOT FALSE THEN resource END,
-         CASE WHEN room IS NOT FALSE THEN message END,
-         CASE WHEN room IS NOT FALSE THEN sender_name END,
-         CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
-         CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
-         CASE WHEN status = 'queued' THEN now() + CASE WHEN claimed
-             THEN make_interval(secs => $23::float8) ELSE interval '0' END END,
-         CASE WHEN room IS NOT FALSE THEN accept_url END,
-         CASE WHEN claimed AND status = 'queued' THEN $22::text END,
-         CASE WHEN claimed AND status = 'queued'
-             THEN now() + make_interval(secs => $23::float8) END
-     FROM admitted
-     WHERE idempotency_key IS NULL OR room IS NOT NULL OR id IN (SELECT invite_id FROM keyed)
-     ORDER BY n
-     RETURNING id, created_at, status = 'discarded' AS over_cap,
-         CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
-             WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
-             AS claimed_unsubscribed";
+         RETURNING invite_id),
+     written AS (
+         INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+             sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
+             accept_url, claimed_by, claimed_until)
+         SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
+             CASE WHEN room IS NOT FALSE THEN resource END,
+             CASE WHEN room IS NOT FALSE THEN message END,
+             CASE WHEN room IS NOT FALSE THEN sender_name END,
+             CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
+             CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
+             CASE WHEN status = 'queued' THEN now() + CASE WHEN claimed
+                 THEN make_interval(secs => $23::float8) ELSE interval '0' END END,
+             CASE WHEN room IS NOT FALSE THEN accept_url END,
+             CASE WHEN claimed AND status = 'queued' THEN $22::text END,
+             CASE WHEN claimed AND status = 'queued'
+                 THEN now() + make_interval(secs => $23::float8) END
+         FROM admitted
+         WHERE idempotency_key IS NULL OR room IS NOT NULL
+             OR id IN (SELECT invite_id FROM keyed)
+         ORDER BY n
+         RETURNING id, app_id, sender_id, created_at, status = 'discarded' AS over_cap,
+             CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
+                 WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
+                 AS claimed_unsubscribed),
+     follow_up AS (
+         INSERT INTO pending_flags (app_id, sender_id, invite_id, version, over_cap, breach)
+         SELECT w.app_id, w.sender_id, w.id, s.version, w.over_cap, i.breach
+         FROM written w JOIN input i ON i.id = w.id
+             JOIN sender s ON s.app_id = w.app_id AND s.id = w.sender_id
+         WHERE i.breach IS NOT NULL)
+     SELECT id, created_at, over_cap, claimed_unsubscribed FROM written";
 
 /// Queued and held invites with no breach, in one statement, so that holding an invite costs
 /// the time sending one does. Their senders are upserted once each (in key order, bytewise as
@@ -163,7 +173,11 @@ pub const INSERT_BATCH: &str = "WITH input AS (
 /// primary key whatever the plan): a repeated request or one whose sender changed takes none. A
 /// held invite claims its key before it takes a slot, so that a retry being written at the same
 /// time by another transaction (invisible to this statement's snapshot) waits for it and then
-/// takes neither. Answers the rows written.
+/// takes neither. A sender never seen counts as active with nothing held (two batches creating
+/// it at once may each fill its cap). A sender whose shadow ban is on its way (a follow-up not
+/// done yet) counts as active and as shadow-banned alike: its invites are held either way. A
+/// flagging invite, once written, leaves its follow-up in the same statement. Answers the rows
+/// written.
 ///
 /// A plan is kept by the writer's connection for as long as it lives, and one made while the
 /// tables were small would read them whole once they have grown: the senders are locked
@@ -200,6 +214,9 @@ pub async fn insert_batch(
         .bind(claim.worker_id)
         .bind(claim.lease.as_secs_f64())
         .bind(column(rows, |row| row.held_cap))
+        .bind(column(rows, |row| {
+            row.breach.map(|b| Json(follow_up::record(b)))
+        }))
         .fetch_all(conn)
         .await
 }

@@ -1,6 +1,6 @@
-//! The invite's SQL: writing them (queued and held ones in one statement, [`insert`]; one
-//! with the flag of a breach in a few statements of the batch's transaction; see
-//! [`super::writer`]), and the reads and updates of the deferred re-check. Every write checks
+//! The invite's SQL: writing them (in one statement, [`insert`]; see [`super::writer`]), the
+//! flag of a breach (done by a follow-up, [`super::follow_up`]), and the reads and updates of
+//! the deferred re-check. Every write checks
 //! that the sender is still in the state the verdict was made for: the cached state is a hint,
 //! the table decides at commit.
 //! A write never fails on an `Idempotency-Key` that is already taken, so one repeated request
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::types::Json;
-use sqlx::{Acquire, PgConnection, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::decision::DecisionRecord;
@@ -81,17 +81,6 @@ impl Assumed {
     }
 }
 
-/// The verdict of an invite that flags its sender.
-pub struct Flagging {
-    /// The sender's state the verdict was made for.
-    pub assumed: SenderState,
-    pub breach: Breach,
-    /// The most held invites the sender may have stored.
-    pub held_cap: i64,
-    /// A repeat offender's shadow ban is confirmed at once.
-    pub confirm_repeat: bool,
-}
-
 /// Locks the rows of these senders (those that exist) in key order, bytewise as the batch
 /// statement orders them, so that two transactions locking senders never wait on each other
 /// in a circle; answers their states as locked.
@@ -121,150 +110,16 @@ pub async fn lock_senders(
         .collect())
 }
 
-/// The invite insert (`$1`-`$11` as [`bind`] binds them, `$12` its app, `$13` its link) of a
-/// flagging invite, in the flag's transaction, after its key is claimed.
-const INSERT: &str = "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient,
-         recipient_domain, sender_ip, resource, message, sender_name, status, decision,
-         next_attempt_at, accept_url)
-     VALUES ($1, $2, $12, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-         CASE WHEN $10 = 'queued' THEN now() END, $13)";
-
-/// Claims an `Idempotency-Key` (`$1` the API key, `$2` the key) for an invite (`$3`, the
-/// body's hash `$4`); answers nothing when it was taken first.
-const CLAIM_KEY: &str = "INSERT INTO idempotency_keys (api_key_id, key, invite_id, request_hash)
-     VALUES ($1, $2, $3, $4) ON CONFLICT (api_key_id, key) DO NOTHING RETURNING invite_id";
-
-/// The sender's row in the transaction of a flagging invite (app `$4`, id `$1`), created on
-/// first sight with the address group it came from (`$2`), the sender of the same app it is
-/// linked to (banned from that address within 30 days) and when the app says the account was
-/// made (`$3`); answers its state.
-const UPSERT_SENDER: &str = "INSERT INTO senders (app_id, id, first_address, created_in_app_at,
-         linked_to)
-     VALUES ($4, $1, $2, $3, (SELECT sender_id FROM banned_addresses WHERE app_id = $4
-         AND address = $2 AND banned_at > now() - interval '30 days'
-         ORDER BY banned_at DESC LIMIT 1))
-     ON CONFLICT (app_id, id) DO UPDATE SET last_seen_at = now(),
-         created_in_app_at = COALESCE(senders.created_in_app_at, EXCLUDED.created_in_app_at)
-     RETURNING state";
-
-type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
-
-/// `$1`-`$11`: the invite row of [`INSERT`].
-fn bind<'q>(query: PgQuery<'q>, new: &'q NewInvite) -> PgQuery<'q> {
-    let invite = &new.invite;
-    query
-        .bind(new.id)
-        .bind(new.api_key_id)
-        .bind(&new.sender.id)
-        .bind(&invite.recipient)
-        .bind(&invite.recipient_domain)
-        .bind(invite.sender_ip.map(|ip| ip.to_string()))
-        .bind(&invite.resource)
-        .bind(&invite.message)
-        .bind(&invite.sender_name)
-        .bind(new.status.as_str())
-        .bind(Json(&new.decision))
-}
-
-/// An invite that flags its sender, in the batch's transaction: the flag, the sender's new
-/// state (for a shadow ban), their audit entries and the invite. A repeated
-/// `Idempotency-Key` flags nothing.
-pub async fn insert_with_flag(
-    tx: &mut Transaction<'_, Postgres>,
-    new: &NewInvite,
-    flagging: &Flagging,
-) -> Result<Written, sqlx::Error> {
-    if let Some(key) = &new.idempotency_key {
-        let taken: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2)",
-        )
-        .bind(new.api_key_id)
-        .bind(key)
-        .fetch_one(&mut **tx)
-        .await?;
-        if taken {
-            return Ok(Written::Skipped);
-        }
-    }
-    let stored: String = sqlx::query_scalar(UPSERT_SENDER)
-        .bind(&new.sender.id)
-        .bind(new.address.as_deref())
-        .bind(new.invite.sender_created_at)
-        .bind(new.sender.app_id)
-        .fetch_one(&mut **tx)
-        .await?;
-    if stored != flagging.assumed.as_str() {
-        return Ok(Written::Skipped);
-    }
-    if new.idempotency_key.is_none() {
-        return flag_and_write(tx, new, flagging).await;
-    }
-    // The key is claimed after the flag, and a request with the same key still being written
-    // elsewhere was invisible to the check above: when the claim finds the key taken, the flag
-    // (its audit entry, its webhook event) is undone with the invite, to a savepoint.
-    let mut attempt = tx.begin().await?;
-    let written = flag_and_write(&mut attempt, new, flagging).await?;
-    if written == Written::Skipped {
-        attempt.rollback().await?;
-    } else {
-        attempt.commit().await?;
-    }
-    Ok(written)
-}
-
-/// The flag and the invite of [`insert_with_flag`], its sender locked in the assumed state.
-async fn flag_and_write(
-    tx: &mut Transaction<'_, Postgres>,
-    new: &NewInvite,
-    flagging: &Flagging,
-) -> Result<Written, sqlx::Error> {
-    // The upsert locked the row, so the state it read is the state the flag changes.
-    let now = flag(
-        tx,
-        &new.sender,
-        &flagging.breach,
-        Some(new.id),
-        flagging.confirm_repeat,
-    )
-    .await?
-    .unwrap_or(flagging.assumed);
-    if new.status == Status::Held {
-        let row = insert::Row {
-            new,
-            assumed: Assumed::state(now),
-            held_cap: Some(flagging.held_cap),
-        };
-        let rows = insert::insert_batch(tx, &[row], &insert::Claim::none(1)).await?;
-        return Ok(insert::outcome(new.id, &rows));
-    }
-    if let Some(key) = &new.idempotency_key {
-        let claimed: Option<Uuid> = sqlx::query_scalar(CLAIM_KEY)
-            .bind(new.api_key_id)
-            .bind(key)
-            .bind(new.id)
-            .bind(&new.request_hash[..])
-            .fetch_optional(&mut **tx)
-            .await?;
-        if claimed.is_none() {
-            return Ok(Written::Skipped);
-        }
-    }
-    bind(sqlx::query(INSERT), new)
-        .bind(new.sender.app_id)
-        .bind(new.accept_url.as_deref())
-        .execute(&mut **tx)
-        .await?;
-    Ok(Written::Recorded)
-}
-
 /// Flags the sender with its breach in the caller's transaction: a shadow ban changes its
-/// state (the new one is returned), a hold does not.
+/// state (the new one is returned), a hold does not. `stored`: the invite was kept, not
+/// discarded past the held cap (only a kept one is announced).
 pub async fn flag(
     tx: &mut Transaction<'_, Postgres>,
     sender: &SenderKey,
     breach: &Breach,
     invite_id: Option<Uuid>,
     confirm_repeat: bool,
+    stored: bool,
 ) -> Result<Option<SenderState>, sqlx::Error> {
     let flag = Flag {
         sender,
@@ -279,7 +134,7 @@ pub async fn flag(
     if breach.action == Action::ShadowBan {
         moderation::shadow_ban(tx, &flag, confirm_repeat).await
     } else {
-        moderation::hold(tx, &flag).await.map(|()| None)
+        moderation::hold(tx, &flag, stored).await.map(|()| None)
     }
 }
 
@@ -316,13 +171,14 @@ pub async fn claim_deferred(
 /// Gives a deferred invite its verdict. A held one takes a slot under its sender's cap, as
 /// one written at once does: past it, the invite keeps only what idempotency needs, as
 /// `discarded`, and the sender's overflow counts it. The caller holds the sender's row.
+/// Answers whether the invite was kept (not discarded past the cap).
 pub async fn settle_deferred(
     tx: &mut Transaction<'_, Postgres>,
     invite: &DeferredInvite,
     status: Status,
     decision: &DecisionRecord,
     held_cap: i64,
-) -> Result<(), sqlx::Error> {
+) -> Result<bool, sqlx::Error> {
     let mut over_cap = false;
     if status == Status::Held {
         let stored: Option<i64> =
@@ -354,7 +210,7 @@ pub async fn settle_deferred(
         .bind(invite.created_at)
         .execute(&mut **tx)
         .await?;
-        return Ok(());
+        return Ok(false);
     }
     sqlx::query(
         "UPDATE invites SET status = $2, decision = $3,
@@ -367,5 +223,5 @@ pub async fn settle_deferred(
     .bind(invite.created_at)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    Ok(true)
 }
