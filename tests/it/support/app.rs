@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sendguard::config::{Config, Database, RedisPolicy};
+use clap::{Args, FromArgMatches};
+use sendguard::config::Config;
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::OnceCell;
@@ -143,41 +144,29 @@ impl Drop for TestDb {
     }
 }
 
-/// The settings of a test instance: loopback, a random port, private Redis keys.
+/// The settings of a test instance: `serve`'s defaults (not the environment's) but for
+/// loopback on a random port, private Redis keys and quick retries.
 pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
-    Config {
-        database: Database {
-            database_url: db.url.clone(),
-        },
-        redis_url: super::redis_url(),
-        on_redis_error: RedisPolicy::Defer,
-        key_prefix: super::unique_prefix("app").as_str().to_owned(),
-        redis_timeout_ms: 1000,
-        global_flush_ms: 200,
-        retention_days: 90,
-        listen: "127.0.0.1:0".parse().expect("address"),
-        metrics_listen: "127.0.0.1:0".parse().expect("address"),
-        trusted_proxies: Vec::new(),
-        max_connections_per_client: 256,
-        read_timeout_ms: 10_000,
-        smtp_url,
-        smtp_connections: 8,
-        mail_dir: std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id())),
-        mail_from: "sendguard <no-reply@sendguard.test>".into(),
-        public_url: "http://127.0.0.1:8080".into(),
-        held_cap: 1000,
-        db_writers: 2,
-        secret_key: None,
-        previous_secret_key: None,
-        webhook_allow_private: true,
-        new_sender_days: 7,
-        repeat_auto_confirm: false,
-        mail_max_attempts: 8,
-        mail_retry_base_ms: 100,
-        webhook_retry_base_ms: 50,
-        mail_lease_secs: 60,
-        log_json: false,
-    }
+    let serve = Config::augment_args(clap::Command::new("serve")).mut_args(|a| a.env(None));
+    let defaults = serve
+        .try_get_matches_from(["serve"])
+        .expect("serve's defaults");
+    let mut cfg = Config::from_arg_matches(&defaults).expect("serve's defaults");
+    cfg.database.database_url = db.url.clone();
+    cfg.redis_url = super::redis_url();
+    cfg.key_prefix = super::unique_prefix("app").as_str().to_owned();
+    cfg.redis_timeout_ms = 1000;
+    cfg.listen = "127.0.0.1:0".parse().expect("address");
+    cfg.metrics_listen = "127.0.0.1:0".parse().expect("address");
+    cfg.smtp_url = smtp_url;
+    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id()));
+    cfg.mail_from = "sendguard <no-reply@sendguard.test>".into();
+    cfg.db_writers = 2;
+    cfg.webhook_allow_private = true;
+    cfg.mail_max_attempts = 8;
+    cfg.mail_retry_base_ms = 100;
+    cfg.webhook_retry_base_ms = 50;
+    cfg
 }
 
 /// Creates an API key of the app `default` in the test database.
