@@ -339,12 +339,22 @@ pub async fn sender_state(pool: &PgPool, id: &str) -> String {
 /// A migrated test database with `sql` applied; an app started on it afterwards loads the
 /// rules as `sql` left them.
 pub async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
+    prepared(test, async |pool| execute(pool, sql).await).await
+}
+
+/// A migrated test database that `setup` prepared.
+pub async fn prepared(test: &str, setup: impl AsyncFnOnce(&PgPool)) -> (TestDb, PgPool) {
     let db = TestDb::create(test).await;
     let pool = db.pool().await;
-    for statement in sql {
-        sqlx::query(statement).execute(&pool).await.expect("setup");
-    }
+    setup(&pool).await;
     (db, pool)
+}
+
+/// Runs each statement of `sql`.
+pub async fn execute(pool: &PgPool, sql: &[&str]) {
+    for statement in sql {
+        sqlx::query(statement).execute(pool).await.expect("setup");
+    }
 }
 
 /// A running instance on its own database, sending to its own SMTP sink; all of it stops and
@@ -376,7 +386,27 @@ impl Stage {
         sink: super::smtp::SmtpSink,
         adjust: impl FnOnce(&mut Config),
     ) -> Stage {
-        let (db, pool) = migrated(test, sql).await;
+        Self::start_on(test, async |pool| execute(pool, sql).await, sink, adjust).await
+    }
+
+    /// As `start_with`, with the database prepared by `setup` (before the app starts and loads
+    /// the rules).
+    pub async fn start_prepared(
+        test: &str,
+        setup: impl AsyncFnOnce(&PgPool),
+        adjust: impl FnOnce(&mut Config),
+    ) -> Stage {
+        let sink = super::smtp::SmtpSink::start().await;
+        Self::start_on(test, setup, sink, adjust).await
+    }
+
+    async fn start_on(
+        test: &str,
+        setup: impl AsyncFnOnce(&PgPool),
+        sink: super::smtp::SmtpSink,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Stage {
+        let (db, pool) = prepared(test, setup).await;
         let mut cfg = config(&db, Some(sink.url()));
         adjust(&mut cfg);
         let app = sendguard::start(&cfg).await.expect("start");
