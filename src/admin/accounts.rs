@@ -1,7 +1,6 @@
 //! Admin accounts (argon2id, with a role) and their sessions (random tokens, only their hash
 //! stored). Every change to an account is written to the audit log.
 
-use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use argon2::Argon2;
@@ -42,7 +41,10 @@ pub enum AccountError {
 }
 
 /// What an admin may do (docs/DESIGN.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_role)]
 pub enum Role {
     /// Everything.
     Admin,
@@ -51,21 +53,13 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 2] = [Role::Admin, Role::Moderator];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Moderator => "moderator",
-        }
+        self.into()
     }
 }
 
-impl FromStr for Role {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&Role::ALL, Role::as_str, s, "role")
-    }
+fn unknown_role(s: &str) -> String {
+    crate::names::unknown::<Role>("role", s)
 }
 
 /// A logged-in admin.

@@ -7,6 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
+use strum::VariantArray;
 
 use super::Dashboard;
 use super::error::AdminError;
@@ -195,10 +196,10 @@ fn page(
         form,
         errors,
         error,
-        scopes: Scope::ALL.iter().map(|s| s.as_str()).collect(),
-        signals: Signal::ALL.iter().map(|s| s.as_str()).collect(),
+        scopes: Scope::VARIANTS.iter().map(|s| s.as_str()).collect(),
+        signals: Signal::VARIANTS.iter().map(|s| s.as_str()).collect(),
         algorithms: Algorithm::ALL.iter().map(ToString::to_string).collect(),
-        actions: Action::ALL.iter().map(|a| a.as_str()).collect(),
+        actions: Action::VARIANTS.iter().map(|a| a.as_str()).collect(),
         backtest,
     }
 }

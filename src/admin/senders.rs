@@ -143,8 +143,9 @@ fn decisions(sender: &Sender) -> Vec<DecisionView> {
         return Vec::new();
     };
     let held = sender.held_stored;
-    ReviewAction::ALL
-        .into_iter()
+    <ReviewAction as strum::VariantArray>::VARIANTS
+        .iter()
+        .copied()
         .filter(|a| a.applies_to(state, held))
         // Nothing to dismiss unless the sender waits in the queue for a flag.
         .filter(|a| *a != ReviewAction::Dismiss || sender.review_requested)

@@ -3,7 +3,6 @@
 pub mod review;
 pub mod senders;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -213,7 +212,10 @@ pub async fn banned_near(
 }
 
 /// A sender's standing (docs/DESIGN.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_state)]
 pub enum SenderState {
     Active,
     ShadowBanned,
@@ -222,20 +224,8 @@ pub enum SenderState {
 }
 
 impl SenderState {
-    pub const ALL: [SenderState; 4] = [
-        SenderState::Active,
-        SenderState::ShadowBanned,
-        SenderState::Banned,
-        SenderState::Trusted,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            SenderState::Active => "active",
-            SenderState::ShadowBanned => "shadow_banned",
-            SenderState::Banned => "banned",
-            SenderState::Trusted => "trusted",
-        }
+        self.into()
     }
 
     /// Whether this sender's invites are held instead of sent.
@@ -244,11 +234,8 @@ impl SenderState {
     }
 }
 
-impl FromStr for SenderState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&SenderState::ALL, SenderState::as_str, s, "sender state")
-    }
+fn unknown_state(s: &str) -> String {
+    crate::names::unknown::<SenderState>("sender state", s)
 }
 
 /// The evidence that a sender tripped a rule.

@@ -13,7 +13,10 @@ use crate::rules::{self, Rule, RuleCache, Scope};
 use crate::sender_key::SenderKey;
 use crate::webhooks::EventType;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_action)]
 pub enum ReviewAction {
     /// The ban stands: held invites are discarded, the sender is `banned`.
     ConfirmBan,
@@ -35,28 +38,8 @@ pub enum ReviewAction {
 }
 
 impl ReviewAction {
-    pub const ALL: [ReviewAction; 8] = [
-        ReviewAction::ConfirmBan,
-        ReviewAction::LiftAndRelease,
-        ReviewAction::LiftAndDiscard,
-        ReviewAction::MarkTrusted,
-        ReviewAction::ShadowBan,
-        ReviewAction::ReleaseHeld,
-        ReviewAction::DiscardHeld,
-        ReviewAction::Dismiss,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReviewAction::ConfirmBan => "confirm_ban",
-            ReviewAction::LiftAndRelease => "lift_and_release",
-            ReviewAction::LiftAndDiscard => "lift_and_discard",
-            ReviewAction::MarkTrusted => "mark_trusted",
-            ReviewAction::ShadowBan => "shadow_ban",
-            ReviewAction::ReleaseHeld => "release_held",
-            ReviewAction::DiscardHeld => "discard_held",
-            ReviewAction::Dismiss => "dismiss",
-        }
+        self.into()
     }
 
     /// The sender's state after the decision; `None` keeps it.
@@ -176,11 +159,8 @@ impl ReviewAction {
     }
 }
 
-impl std::str::FromStr for ReviewAction {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&ReviewAction::ALL, ReviewAction::as_str, s, "review action")
-    }
+fn unknown_action(s: &str) -> String {
+    crate::names::unknown::<ReviewAction>("review action", s)
 }
 
 /// One admin decision about one sender.

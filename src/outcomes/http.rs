@@ -147,12 +147,13 @@ impl From<OutcomeError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strum::VariantArray;
 
     #[test]
     fn the_description_names_every_outcome_type() {
         use utoipa::PartialSchema;
         let schema = serde_json::to_value(Event::schema()).expect("schema");
-        let names: Vec<&str> = OutcomeType::ALL.iter().map(|t| t.as_str()).collect();
+        let names: Vec<&str> = OutcomeType::VARIANTS.iter().map(|t| t.as_str()).collect();
         assert_eq!(
             schema["properties"]["type"]["enum"],
             serde_json::json!(names)

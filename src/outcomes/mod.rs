@@ -7,7 +7,6 @@
 
 pub mod http;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -26,6 +25,8 @@ use crate::sender_key::SenderKey;
 /// A kind of outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSchema)]
 #[schema(rename_all = "lowercase")]
+#[derive(strum::EnumString, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_type)]
 pub enum OutcomeType {
     Bounce,
     Complaint,
@@ -33,18 +34,8 @@ pub enum OutcomeType {
 }
 
 impl OutcomeType {
-    pub const ALL: [OutcomeType; 3] = [
-        OutcomeType::Bounce,
-        OutcomeType::Complaint,
-        OutcomeType::Accepted,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            OutcomeType::Bounce => "bounce",
-            OutcomeType::Complaint => "complaint",
-            OutcomeType::Accepted => "accepted",
-        }
+        self.into()
     }
 
     /// The signal that counts it, if one does.
@@ -57,11 +48,8 @@ impl OutcomeType {
     }
 }
 
-impl FromStr for OutcomeType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&OutcomeType::ALL, OutcomeType::as_str, s, "outcome type")
-    }
+fn unknown_type(s: &str) -> String {
+    crate::names::unknown::<OutcomeType>("outcome type", s)
 }
 
 #[derive(Debug, thiserror::Error)]

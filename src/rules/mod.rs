@@ -1,7 +1,6 @@
 //! Rules: named thresholds read from Postgres into an in-memory cache that every instance
 //! reloads when the table changes (LISTEN/NOTIFY, with a one-second poll as a safety net).
 
-use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -20,7 +19,18 @@ pub mod file;
 pub mod simulate;
 
 /// What a rule counts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_scope)]
 pub enum Scope {
     Sender,
     Ip,
@@ -30,23 +40,13 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub const ALL: [Scope; 5] = [
-        Scope::Sender,
-        Scope::Ip,
-        Scope::Recipient,
-        Scope::RecipientDomain,
-        Scope::Global,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Sender => "sender",
-            Scope::Ip => "ip",
-            Scope::Recipient => "recipient",
-            Scope::RecipientDomain => "recipient_domain",
-            Scope::Global => "global",
-        }
+        self.into()
     }
+}
+
+fn unknown_scope(s: &str) -> String {
+    crate::names::unknown::<Scope>("scope", s)
 }
 
 /// What an invite can be counted by.
@@ -107,16 +107,23 @@ pub fn sender_subject(sender: &SenderKey) -> String {
     format!("{}:{sender}", Scope::Sender.subject_kind())
 }
 
-impl FromStr for Scope {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&Scope::ALL, Scope::as_str, s, "scope")
-    }
-}
-
 /// What happens when a rule is exceeded, weakest first: the strongest breached action wins
 /// (docs/DESIGN.md §2: shadow_ban > reject > hold > suppress > monitor).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+    strum::Display,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_action)]
 pub enum Action {
     Monitor,
     Suppress,
@@ -127,22 +134,8 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 5] = [
-        Action::Monitor,
-        Action::Suppress,
-        Action::Hold,
-        Action::Reject,
-        Action::ShadowBan,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Monitor => "monitor",
-            Action::Suppress => "suppress",
-            Action::Hold => "hold",
-            Action::Reject => "reject",
-            Action::ShadowBan => "shadow_ban",
-        }
+        self.into()
     }
 
     /// Shadow-ban, hold and monitor rules keep counting past the limit: a spammer who keeps
@@ -158,7 +151,19 @@ impl Action {
 }
 
 /// What a rule counts (docs/DESIGN.md §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = unknown_signal)]
 pub enum Signal {
     /// Each invite.
     #[default]
@@ -176,24 +181,8 @@ pub enum Signal {
 }
 
 impl Signal {
-    pub const ALL: [Signal; 6] = [
-        Signal::Invites,
-        Signal::DistinctRecipients,
-        Signal::DistinctDomains,
-        Signal::Links,
-        Signal::Bounces,
-        Signal::Complaints,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Signal::Invites => "invites",
-            Signal::DistinctRecipients => "distinct_recipients",
-            Signal::DistinctDomains => "distinct_domains",
-            Signal::Links => "links",
-            Signal::Bounces => "bounces",
-            Signal::Complaints => "complaints",
-        }
+        self.into()
     }
 
     /// Counted when an outcome arrives, after the invite; an invite only reads the count.
@@ -207,24 +196,12 @@ impl Signal {
     }
 }
 
-impl FromStr for Signal {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&Signal::ALL, Signal::as_str, s, "signal")
-    }
+fn unknown_signal(s: &str) -> String {
+    crate::names::unknown::<Signal>("signal", s)
 }
 
-impl FromStr for Action {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::names::parse(&Action::ALL, Action::as_str, s, "action")
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+fn unknown_action(s: &str) -> String {
+    crate::names::unknown::<Action>("action", s)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,12 +7,20 @@ use serde_json::json;
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key, app_key, create_app};
+use crate::support::rules::{self, RuleEntry};
 
-/// Only the `ip` rule counts here, at a limit of 3, answered 429.
-const IP_ONLY: [&str; 2] = [
-    "UPDATE rules SET enabled = (name = 'ip-hourly')",
-    "UPDATE rules SET limit_count = 3 WHERE name = 'ip-hourly'",
-];
+/// A stage where only the `ip` rule counts, at a limit of 3, answered 429.
+async fn ip_only(test: &str) -> Stage {
+    let only_ip = |rules: &mut Vec<RuleEntry>| {
+        for rule in rules {
+            rule.enabled = rule.name == "ip-hourly";
+            if rule.enabled {
+                rule.limit = 3;
+            }
+        }
+    };
+    Stage::start_prepared(test, async |pool| rules::apply(pool, only_ip).await, |_| {}).await
+}
 
 async fn status(api: &Api, sender: &str, to: &str, ip: &str) -> StatusCode {
     api.send(json!({"sender_id": sender, "recipient": to, "sender_ip": ip}))
@@ -23,7 +31,7 @@ async fn status(api: &Api, sender: &str, to: &str, ip: &str) -> StatusCode {
 /// Eight addresses of one /64 are one client: the fourth is over the limit of 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipv6_network_counts_as_one_address() {
-    let stage = Stage::start("ip_net", &IP_ONLY).await;
+    let stage = ip_only("ip_net").await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     let mut answers = Vec::new();
     for n in 1..=8 {
@@ -46,7 +54,7 @@ async fn an_ipv6_network_counts_as_one_address() {
 /// `::ffff:198.51.100.7` is `198.51.100.7`: it counts with it, and is recorded as it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mapped_address_counts_as_its_ipv4_address() {
-    let stage = Stage::start("ip_mapped", &IP_ONLY).await;
+    let stage = ip_only("ip_mapped").await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     for (n, ip) in ["198.51.100.7", "::ffff:198.51.100.7", "198.51.100.7"]
         .iter()
@@ -74,7 +82,7 @@ async fn a_mapped_address_counts_as_its_ipv4_address() {
 /// neither refused nor told the first app's count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_apps_traffic_from_an_address_does_not_limit_anothers() {
-    let stage = Stage::start("ip_apps", &IP_ONLY).await;
+    let stage = ip_only("ip_apps").await;
     create_app(&stage.pool, "other", Default::default()).await;
     let first = Api::new(stage.base(), api_key(&stage.pool).await);
     let second = Api::new(stage.base(), app_key(&stage.pool, "other").await);

@@ -9,6 +9,7 @@ use sendguard::admin::accounts::{self, Role};
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key};
 use crate::support::dashboard::{self, hidden};
+use crate::support::rules;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -323,9 +324,10 @@ async fn the_name_system_is_reserved() {
 /// path, and the notices and page numbers in a link cannot carry an attacker's text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_forms_and_notices_cannot_be_forged_through_ids() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "aliasing",
-        &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 1).await,
+        |_| {},
     )
     .await;
     accounts::add(&stage.pool, "alice", PASSWORD, Role::Admin, "test")

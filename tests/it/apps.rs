@@ -10,6 +10,7 @@ use sqlx::PgPool;
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key, app_key, create_app, wait_for};
+use crate::support::rules;
 use crate::support::smtp::Received;
 use sendguard::apps::AppChanges;
 
@@ -71,9 +72,10 @@ fn link_after(message: &Received, label: &str) -> String {
 /// and invites are their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_apps_sharing_a_sender_id_are_two_senders() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "two_apps",
-        &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 3).await,
+        |_| {},
     )
     .await;
     create_app(&stage.pool, "drawbox", drawbox()).await;
@@ -340,9 +342,10 @@ async fn the_report_link_records_one_complaint() {
 async fn the_dashboard_keeps_apps_apart() {
     use crate::support::dashboard::{client, hidden, log_in};
     use sendguard::admin::accounts::{self, Role};
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "apps_dashboard",
-        &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 1).await,
+        |_| {},
     )
     .await;
     create_app(&stage.pool, "drawbox", drawbox()).await;

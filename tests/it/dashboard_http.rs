@@ -4,9 +4,11 @@
 use crate::support::api::Api;
 use crate::support::app::{self as app, api_key, config, sender_state};
 use crate::support::dashboard::{self, hidden};
+use crate::support::rules;
 use reqwest::StatusCode;
 use sendguard::admin::accounts::Role;
 use sendguard::limiter::KeyPrefix;
+use sqlx::PgPool;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -26,19 +28,16 @@ impl std::ops::Deref for Stage {
 
 impl Stage {
     async fn new(test: &str) -> Stage {
-        Stage::with(test, "SELECT 1").await
+        Stage::with(test, async |_| {}).await
     }
 
-    /// As `new`, with `sql` applied before the instance starts.
-    async fn with(test: &str, sql: &str) -> Stage {
-        let inner = app::Stage::start(
-            test,
-            &[
-                "UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'",
-                sql,
-            ],
-        )
-        .await;
+    /// As `new`, with `setup` run before the instance starts.
+    async fn with(test: &str, setup: impl AsyncFnOnce(&PgPool)) -> Stage {
+        let prepare = async |pool: &PgPool| {
+            rules::set(pool, "sender-hourly", |r| r.limit = 3).await;
+            setup(pool).await;
+        };
+        let inner = app::Stage::start_prepared(test, prepare, |_| {}).await;
         sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
             .await
             .expect("admin");
@@ -856,10 +855,13 @@ async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
 /// complaint that flags it again while the page is open makes the page stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
-    let stage = Stage::with(
-        "dashcomplaint",
-        "UPDATE rules SET action = 'hold', limit_count = 0 WHERE name = 'sender-complaints-daily'",
-    )
+    let stage = Stage::with("dashcomplaint", async |pool| {
+        rules::set(pool, "sender-complaints-daily", |r| {
+            r.action = "hold".into();
+            r.limit = 0;
+        })
+        .await
+    })
     .await;
     let complain = |n: u32| {
         let api = stage.api.clone();

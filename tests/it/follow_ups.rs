@@ -11,6 +11,7 @@ use sqlx::PgPool;
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key, hold_flags, sender_state, wait_for};
+use crate::support::rules;
 
 /// The app has a webhook (on a closed loopback port: events are written, never delivered).
 const HOOK: &str = "UPDATE apps SET webhook_url = 'http://127.0.0.1:9/hook' WHERE id = 1";
@@ -94,12 +95,13 @@ async fn a_new_senders_held_links_raise_one_flag_and_announce_up_to_the_cap() {
 /// audit entry and the event follow once the lock goes, each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tripping_invite_is_answered_before_its_flag_is_written() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "tripbatched",
-        &[
-            HOOK,
-            "UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'",
-        ],
+        async |pool| {
+            sqlx::query(HOOK).execute(pool).await.expect("hook");
+            rules::set(pool, "sender-hourly", |r| r.limit = 3).await;
+        },
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);

@@ -4,8 +4,9 @@ use sendguard::admin::accounts::Role;
 use std::time::{Duration, Instant};
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, TestDb, api_key, migrated, queued, wait_for};
+use crate::support::app::{Stage, TestDb, api_key, execute, prepared, queued, wait_for};
 use crate::support::dashboard;
+use crate::support::rules;
 use crate::support::serve::ServeProcess;
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
@@ -45,16 +46,19 @@ fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
 /// instance killed with invites in hand loses none of them, and none is delivered twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() {
-    let (db, pool) = migrated(
-        "threeinst",
-        &[
-            "UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'",
-            // The probes of the rule change are held, so no instance has mail to send before
-            // the traffic that the third one is killed in.
-            "INSERT INTO senders (app_id, id, state) VALUES (1, 'probe0', 'banned'),
+    let (db, pool) = prepared("threeinst", async |pool| {
+        rules::set(pool, "sender-hourly", |r| r.limit = 5).await;
+        // The probes of the rule change are held, so no instance has mail to send before the
+        // traffic that the third one is killed in.
+        execute(
+            pool,
+            &[
+                "INSERT INTO senders (app_id, id, state) VALUES (1, 'probe0', 'banned'),
                  (1, 'probe1', 'banned'), (1, 'probe2', 'banned')",
-        ],
-    )
+            ],
+        )
+        .await;
+    })
     .await;
     sendguard::admin::accounts::add(&pool, "alice", "correct horse battery", Role::Admin, "test")
         .await
@@ -214,9 +218,9 @@ async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_invites_beyond_the_cap_are_counted_not_stored() {
-    let stage = Stage::start_with(
+    let stage = Stage::start_prepared(
         "heldcap",
-        &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 1).await,
         |cfg| cfg.held_cap = 3,
     )
     .await;

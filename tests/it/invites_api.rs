@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key, config, migrated, queued, sender_state, wait_for};
+use crate::support::rules;
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -32,9 +33,10 @@ async fn status_counts(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "shadow",
-        &["UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 5).await,
+        |_| {},
     )
     .await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
@@ -167,9 +169,10 @@ async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reject_rule_answers_429_with_its_headers() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "reject",
-        &["UPDATE rules SET limit_count = 2 WHERE name = 'ip-hourly'"],
+        async |pool| rules::set(pool, "ip-hourly", |r| r.limit = 2).await,
+        |_| {},
     )
     .await;
     let (pool, app) = (&stage.pool, &stage.app);
@@ -477,9 +480,15 @@ async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_rule_is_counted_in_process_and_flushed_to_redis() {
     let prefix = crate::support::unique_prefix("global");
-    let stage = Stage::start_with(
+    let stage = Stage::start_prepared(
         "global",
-        &["UPDATE rules SET limit_count = 5, action = 'suppress' WHERE name = 'global-minute'"],
+        async |pool| {
+            rules::set(pool, "global-minute", |r| {
+                r.limit = 5;
+                r.action = "suppress".into();
+            })
+            .await
+        },
         |cfg| {
             cfg.key_prefix = prefix.as_str().to_owned();
             // No periodic flush within the test: only the one at start and the one at shutdown.
@@ -535,9 +544,10 @@ async fn a_global_rule_is_counted_in_process_and_flushed_to_redis() {
 /// admitted invite is held because a later invite of the same burst banned the sender first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_sends_exactly_the_limit() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "burst",
-        &["UPDATE rules SET limit_count = 5 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 5).await,
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);

@@ -4,14 +4,16 @@
 use std::time::Duration;
 
 use crate::support::app::{Stage, api_key, queued, series, wait_for};
+use crate::support::rules;
 use reqwest::StatusCode;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_a_scripted_scenario() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "metrics",
-        &["UPDATE rules SET limit_count = 2 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 2).await,
+        |_| {},
     )
     .await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::follow_ups::flags_done;
 use crate::support::api::Api;
 use crate::support::app::{self as app, api_key, orphans, queued, sender_state, wait_for};
+use crate::support::rules::{self, RuleEntry};
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
@@ -30,18 +31,18 @@ impl std::ops::Deref for Stage {
 
 impl Stage {
     async fn new(test: &str) -> Stage {
-        Stage::with_rules(
-            test,
-            &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
-        )
-        .await
+        Stage::with_rule(test, "sender-hourly", |r| r.limit = 3).await
     }
 
-    async fn with_rules(test: &str, sql: &[&str]) -> Stage {
+    /// A stage whose rule `name` is edited by `change` before the instance starts.
+    async fn with_rule(test: &str, name: &str, change: impl FnOnce(&mut RuleEntry)) -> Stage {
         let prefix = crate::support::unique_prefix("moderation");
-        let inner =
-            app::Stage::start_with(test, sql, |cfg| cfg.key_prefix = prefix.as_str().to_owned())
-                .await;
+        let inner = app::Stage::start_prepared(
+            test,
+            async |pool| rules::set(pool, name, change).await,
+            |cfg| cfg.key_prefix = prefix.as_str().to_owned(),
+        )
+        .await;
         Stage {
             api: Api::new(inner.base(), api_key(&inner.pool).await),
             limiter: Limiter::Redis(crate::support::redis_store().await),
@@ -378,10 +379,10 @@ async fn a_trusted_sender_made_active_again_is_no_repeat_offender_at_its_first_b
 /// addresses it used within the rule's window, so its next invite from there is not a breach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifting_an_address_rules_ban_clears_that_addresss_counter() {
-    let stage = Stage::with_rules(
-        "liftip",
-        &["UPDATE rules SET action = 'shadow_ban', limit_count = 2 WHERE name = 'ip-hourly'"],
-    )
+    let stage = Stage::with_rule("liftip", "ip-hourly", |r| {
+        r.action = "shadow_ban".into();
+        r.limit = 2;
+    })
     .await;
     let from = |n: u32| {
         stage.api.send(

@@ -8,15 +8,16 @@ use std::time::Duration;
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key, wait_for};
 use crate::support::redis_cluster::RedisCluster;
+use crate::support::rules;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_follow_a_slot_that_moves_during_traffic() {
     let cluster = RedisCluster::start().await;
     let url = cluster.url();
-    let stage = Stage::start_with(
+    let stage = Stage::start_prepared(
         "cluster",
-        &["UPDATE rules SET limit_count = 20 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 20).await,
         |cfg| cfg.redis_url = url,
     )
     .await;

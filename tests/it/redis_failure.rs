@@ -3,11 +3,13 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, queued, sender_state, wait_for};
+use crate::support::app::{Stage, api_key, execute, queued, sender_state, wait_for};
 use crate::support::redis_server::RedisServer;
+use crate::support::rules;
 use reqwest::StatusCode;
 use sendguard::config::RedisPolicy;
 use serde_json::json;
+use sqlx::PgPool;
 
 /// Transactions idle for over 250 ms (longer than between two statements of a short one on a
 /// busy machine: waiting on something else) whose last statement contains `statement`.
@@ -38,13 +40,13 @@ fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
 /// fails or is slower than `timeout_ms`; and an API client for it.
 async fn on_own_redis(
     test: &str,
-    sql: &[&str],
+    setup: impl AsyncFnOnce(&PgPool),
     policy: RedisPolicy,
     timeout_ms: u64,
 ) -> (RedisServer, Stage, Api) {
     let redis = RedisServer::start().await;
     let url = redis.url();
-    let stage = Stage::start_with(test, sql, |cfg| {
+    let stage = Stage::start_prepared(test, setup, |cfg| {
         cfg.redis_url = url;
         cfg.redis_timeout_ms = timeout_ms;
         cfg.on_redis_error = policy;
@@ -58,7 +60,7 @@ async fn on_own_redis(
 async fn deferred_invites_are_checked_once_redis_returns() {
     let (mut redis, stage, api) = on_own_redis(
         "deferred",
-        &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 3).await,
         RedisPolicy::Defer,
         300,
     )
@@ -125,7 +127,8 @@ async fn deferred_invites_are_checked_once_redis_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down() {
-    let (mut redis, stage, api) = on_own_redis("closed", &[], RedisPolicy::Closed, 300).await;
+    let (mut redis, stage, api) =
+        on_own_redis("closed", async |_| {}, RedisPolicy::Closed, 300).await;
     let pool = &stage.pool;
     let invite =
         |n: u32| api.invite(json!({"sender_id": "c", "recipient": format!("c{n}@example.com")}));
@@ -175,7 +178,11 @@ async fn the_closed_policy_answers_503_and_records_nothing_while_redis_is_down()
 async fn the_open_policy_still_holds_a_banned_senders_invites() {
     let (mut redis, stage, api) = on_own_redis(
         "openheld",
-        &["INSERT INTO senders (app_id, id, state) VALUES (1, 'banned', 'shadow_banned')"],
+        async |pool| {
+            let held =
+                "INSERT INTO senders (app_id, id, state) VALUES (1, 'banned', 'shadow_banned')";
+            execute(pool, &[held]).await
+        },
         RedisPolicy::Open,
         300,
     )
@@ -205,7 +212,8 @@ async fn the_open_policy_still_holds_a_banned_senders_invites() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked() {
     // A paused Redis is waited for, not given up on.
-    let (mut redis, stage, api) = on_own_redis("deferban", &[], RedisPolicy::Defer, 10_000).await;
+    let (mut redis, stage, api) =
+        on_own_redis("deferban", async |_| {}, RedisPolicy::Defer, 10_000).await;
     let (pool, sink) = (&stage.pool, &stage.sink);
     redis.kill();
     let resp = api
@@ -259,7 +267,7 @@ async fn a_deferred_invite_is_not_sent_for_a_sender_banned_while_it_was_checked(
 async fn a_complaint_during_a_redis_outage_is_counted_once_redis_returns() {
     let (mut redis, stage, api) = on_own_redis(
         "outcomeoutage",
-        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        async |pool| rules::set(pool, "sender-complaints-daily", |r| r.limit = 0).await,
         RedisPolicy::Defer,
         300,
     )
@@ -354,7 +362,8 @@ async fn deferred_invites_of_a_banned_sender_keep_to_the_held_cap() {
 /// one connection per report, from the invites' idempotency checks and the dashboard).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
-    let (redis, stage, api) = on_own_redis("outcomeslow", &[], RedisPolicy::Defer, 10_000).await;
+    let (redis, stage, api) =
+        on_own_redis("outcomeslow", async |_| {}, RedisPolicy::Defer, 10_000).await;
     let id = api.accepted("calm", "w@example.com").await;
     redis.pause(2_000).await;
     let reporter = api.clone();
@@ -378,7 +387,7 @@ async fn a_complaint_waiting_on_a_slow_redis_holds_no_transaction() {
 async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
     let (redis, stage, api) = on_own_redis(
         "outcomedropped",
-        &["UPDATE rules SET limit_count = 2 WHERE name = 'sender-complaints-daily'"],
+        async |pool| rules::set(pool, "sender-complaints-daily", |r| r.limit = 2).await,
         RedisPolicy::Defer,
         10_000,
     )
@@ -447,7 +456,7 @@ async fn a_complaint_whose_request_stopped_during_its_count_is_counted_once() {
 async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
     let (mut redis, stage, api) = on_own_redis(
         "outcomelatelift",
-        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        async |pool| rules::set(pool, "sender-complaints-daily", |r| r.limit = 0).await,
         RedisPolicy::Defer,
         300,
     )

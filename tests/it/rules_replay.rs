@@ -13,8 +13,10 @@ use serde_json::{Value, json};
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, api_key};
+use crate::support::rules::{self, RuleEntry};
 use sendguard::rules::backtest;
 use sendguard::rules::edit::ValidRule;
+use sendguard::rules::file::RulesFile;
 
 /// (invite, rule) → (count, outcome), as the decision records hold them.
 type Verdicts = BTreeMap<(String, String), (u64, String)>;
@@ -27,22 +29,47 @@ async fn send(api: &Api, body: Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backtest_gives_every_recorded_invite_its_live_verdict() {
-    let stage = Stage::start(
+    let replayed = |rules: &mut Vec<RuleEntry>| {
+        for rule in rules.iter_mut() {
+            rule.action = "monitor".into();
+            rule.enabled = rule.scope != "global";
+            match rule.name.as_str() {
+                "sender-hourly" => rule.limit = 3,
+                "ip-hourly" => rule.limit = 4,
+                "recipient-daily" => rule.limit = 1,
+                "sender-distinct-recipients-daily" => rule.limit = 2,
+                "sender-bounces-daily" | "sender-complaints-daily" => rule.limit = 0,
+                _ => {}
+            }
+        }
+        let added: RulesFile = basic_toml::from_str(
+            r#"
+            [[rule]]
+            name = "replay-domains"
+            scope = "sender"
+            signal = "distinct_domains"
+            limit = 1
+            window = "1h"
+            [[rule]]
+            name = "replay-links"
+            scope = "sender"
+            signal = "links"
+            limit = 1
+            window = "1h"
+            [[rule]]
+            name = "replay-recipient-domain"
+            scope = "recipient_domain"
+            limit = 3
+            window = "1h"
+            "#,
+        )
+        .expect("rules");
+        rules.extend(added.rule);
+    };
+    let stage = Stage::start_prepared(
         "replay",
-        &[
-            "UPDATE rules SET action = 'monitor'",
-            "UPDATE rules SET enabled = false WHERE scope = 'global'",
-            "UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'",
-            "UPDATE rules SET limit_count = 4 WHERE name = 'ip-hourly'",
-            "UPDATE rules SET limit_count = 1 WHERE name = 'recipient-daily'",
-            "UPDATE rules SET limit_count = 2 WHERE name = 'sender-distinct-recipients-daily'",
-            "UPDATE rules SET limit_count = 0
-             WHERE name IN ('sender-bounces-daily', 'sender-complaints-daily')",
-            "INSERT INTO rules (name, scope, signal, limit_count, window_secs, action) VALUES
-                 ('replay-domains', 'sender', 'distinct_domains', 1, 3600, 'monitor'),
-                 ('replay-links', 'sender', 'links', 1, 3600, 'monitor'),
-                 ('replay-recipient-domain', 'recipient_domain', 'invites', 3, 3600, 'monitor')",
-        ],
+        async |pool| rules::apply(pool, replayed).await,
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);

@@ -10,7 +10,8 @@ use sqlx::PgPool;
 
 use crate::follow_ups::flags_done;
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key, sender_state, wait_for};
+use crate::support::app::{Stage, api_key, app_key, execute, sender_state, wait_for};
+use crate::support::rules;
 use crate::support::smtp::SmtpSink;
 
 async fn statuses(pool: &PgPool, sender: &str) -> Vec<(String, i64)> {
@@ -88,12 +89,14 @@ async fn links_from_new_senders_are_held_and_the_next_clean_invite_goes_out() {
 /// the fourth person trips it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "distinct",
-        &[
-            "UPDATE rules SET limit_count = 3 WHERE name = 'sender-distinct-recipients-daily'",
-            "UPDATE rules SET enabled = false WHERE name IN ('sender-hourly', 'recipient-daily')",
-        ],
+        async |pool| {
+            rules::set(pool, "sender-distinct-recipients-daily", |r| r.limit = 3).await;
+            rules::set(pool, "sender-hourly", |r| r.enabled = false).await;
+            rules::set(pool, "recipient-daily", |r| r.enabled = false).await;
+        },
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
@@ -123,12 +126,14 @@ async fn the_fourth_distinct_recipient_trips_a_limit_of_three() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recipients_that_collide_in_a_public_hash_count_as_two() {
     let (first, second) = colliding_recipients();
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "collide",
-        &[
-            "UPDATE rules SET limit_count = 1 WHERE name = 'sender-distinct-recipients-daily'",
-            "UPDATE rules SET enabled = false WHERE name IN ('sender-hourly', 'recipient-daily')",
-        ],
+        async |pool| {
+            rules::set(pool, "sender-distinct-recipients-daily", |r| r.limit = 1).await;
+            rules::set(pool, "sender-hourly", |r| r.enabled = false).await;
+            rules::set(pool, "recipient-daily", |r| r.enabled = false).await;
+        },
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
@@ -256,9 +261,10 @@ async fn a_permanent_smtp_refusal_counts_as_a_bounce() {
 /// with links are held; without links they go out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_banned_senders_new_account_from_the_same_address_is_linked() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "evasion",
-        &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 1).await,
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
@@ -409,12 +415,16 @@ async fn acceptances_at_once_or_from_one_domain_earn_no_trust() {
 /// SENDGUARD_REPEAT_AUTO_CONFIRM its ban is confirmed at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeat_offenders_are_marked_and_can_be_confirmed_at_once() {
-    let stage = Stage::start_with(
+    let stage = Stage::start_prepared(
         "repeat",
-        &[
-            "UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'",
-            "INSERT INTO senders (app_id, id, lifted_at) VALUES (1, 'again', now() - interval '3 days')",
-        ],
+        async |pool| {
+            rules::set(pool, "sender-hourly", |r| r.limit = 1).await;
+            execute(
+                pool,
+                &["INSERT INTO senders (app_id, id, lifted_at) VALUES (1, 'again', now() - interval '3 days')"],
+            )
+            .await;
+        },
         |cfg| cfg.repeat_auto_confirm = true,
     )
     .await;
@@ -698,10 +708,16 @@ async fn a_relay_refusing_the_sender_counts_no_bounce_and_loses_nothing() {
 /// sender: its complaint over the limit flags nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_one() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "complainthold",
-        &["UPDATE rules SET action = 'hold', limit_count = 0
-           WHERE name = 'sender-complaints-daily'"],
+        async |pool| {
+            rules::set(pool, "sender-complaints-daily", |r| {
+                r.action = "hold".into();
+                r.limit = 0;
+            })
+            .await
+        },
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
@@ -732,9 +748,10 @@ async fn a_complaint_over_a_hold_rule_flags_an_active_sender_and_not_a_trusted_o
 /// decided first. A complaint's ban is not a count this invite took part in.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "complaintinflight",
-        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        async |pool| rules::set(pool, "sender-complaints-daily", |r| r.limit = 0).await,
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
@@ -774,9 +791,10 @@ async fn an_invite_in_flight_when_a_complaint_bans_its_sender_is_held() {
 /// the sender is not banned again as a repeat offender (docs/DESIGN.md §3b).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complaint_counted_before_a_lift_does_not_ban_the_sender_again() {
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "complaintlift",
-        &["UPDATE rules SET limit_count = 0 WHERE name = 'sender-complaints-daily'"],
+        async |pool| rules::set(pool, "sender-complaints-daily", |r| r.limit = 0).await,
+        |_| {},
     )
     .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);

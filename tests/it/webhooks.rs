@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::support::app::{TestDb, migrated, secret_box};
+use crate::support::rules;
 use crate::support::webhook_receiver::{Redirector, WebhookReceiver};
 
 /// A migrated database of the test's own, removed when dropped.
@@ -560,9 +561,10 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
     use sendguard::moderation::review::{self, Review, ReviewAction};
     use sendguard::sender_key::SenderKey;
 
-    let stage = Stage::start(
+    let stage = Stage::start_prepared(
         "webhooks_e2e",
-        &["UPDATE rules SET limit_count = 1 WHERE name = 'sender-hourly'"],
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 1).await,
+        |_| {},
     )
     .await;
     // The secret comes with the first URL; the receiver then takes the URL's place.

@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sendguard::config::{Config, Database, RedisPolicy, SecretKeys};
+use clap::{Args, FromArgMatches};
+use sendguard::config::{Config, SecretKeys};
 use sendguard::recipients::LinkKey;
 use sendguard::webhooks::SecretBox;
 use sha2::{Digest, Sha256};
@@ -145,40 +146,30 @@ impl Drop for TestDb {
     }
 }
 
-/// The settings of a test instance: loopback, a random port, private Redis keys.
+/// The settings of a test instance: `serve`'s defaults (not the environment's) but for
+/// loopback on a random port, private Redis keys and quick retries.
 pub fn config(db: &TestDb, smtp_url: Option<String>) -> Config {
-    Config {
-        database: Database {
-            database_url: db.url.clone(),
-        },
-        redis_url: super::redis_url(),
-        on_redis_error: RedisPolicy::Defer,
-        key_prefix: super::unique_prefix("app").as_str().to_owned(),
-        redis_timeout_ms: 1000,
-        global_flush_ms: 200,
-        retention_days: 90,
-        listen: "127.0.0.1:0".parse().expect("address"),
-        metrics_listen: "127.0.0.1:0".parse().expect("address"),
-        trusted_proxies: Vec::new(),
-        max_connections_per_client: 256,
-        read_timeout_ms: 10_000,
-        smtp_url,
-        smtp_connections: 8,
-        mail_dir: std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id())),
-        mail_from: "sendguard <no-reply@sendguard.test>".into(),
-        public_url: "http://127.0.0.1:8080".into(),
-        held_cap: 1000,
-        db_writers: 2,
-        keys: SecretKeys::default(),
-        webhook_allow_private: true,
-        new_sender_days: 7,
-        repeat_auto_confirm: false,
-        mail_max_attempts: 8,
-        mail_retry_base_ms: 100,
-        webhook_retry_base_ms: 50,
-        mail_lease_secs: 60,
-        log_json: false,
-    }
+    let serve = Config::augment_args(clap::Command::new("serve")).mut_args(|a| a.env(None));
+    let defaults = serve
+        .try_get_matches_from(["serve"])
+        .expect("serve's defaults");
+    let mut cfg = Config::from_arg_matches(&defaults).expect("serve's defaults");
+    cfg.database.database_url = db.url.clone();
+    cfg.redis_url = super::redis_url();
+    cfg.key_prefix = super::unique_prefix("app").as_str().to_owned();
+    cfg.redis_timeout_ms = 1000;
+    cfg.listen = "127.0.0.1:0".parse().expect("address");
+    cfg.metrics_listen = "127.0.0.1:0".parse().expect("address");
+    cfg.smtp_url = smtp_url;
+    cfg.mail_dir = std::env::temp_dir().join(format!("sendguard-test-mail-{}", std::process::id()));
+    cfg.mail_from = "sendguard <no-reply@sendguard.test>".into();
+    cfg.public_url = "http://127.0.0.1:8080".into();
+    cfg.db_writers = 2;
+    cfg.webhook_allow_private = true;
+    cfg.mail_max_attempts = 8;
+    cfg.mail_retry_base_ms = 100;
+    cfg.webhook_retry_base_ms = 50;
+    cfg
 }
 
 /// What seals webhook secrets in the test database: its stored key, as an instance without a
@@ -368,12 +359,22 @@ pub async fn sender_state(pool: &PgPool, id: &str) -> String {
 /// A migrated test database with `sql` applied; an app started on it afterwards loads the
 /// rules as `sql` left them.
 pub async fn migrated(test: &str, sql: &[&str]) -> (TestDb, PgPool) {
+    prepared(test, async |pool| execute(pool, sql).await).await
+}
+
+/// A migrated test database that `setup` prepared.
+pub async fn prepared(test: &str, setup: impl AsyncFnOnce(&PgPool)) -> (TestDb, PgPool) {
     let db = TestDb::create(test).await;
     let pool = db.pool().await;
-    for statement in sql {
-        sqlx::query(statement).execute(&pool).await.expect("setup");
-    }
+    setup(&pool).await;
     (db, pool)
+}
+
+/// Runs each statement of `sql`.
+pub async fn execute(pool: &PgPool, sql: &[&str]) {
+    for statement in sql {
+        sqlx::query(statement).execute(pool).await.expect("setup");
+    }
 }
 
 /// A running instance on its own database, sending to its own SMTP sink; all of it stops and
@@ -405,7 +406,27 @@ impl Stage {
         sink: super::smtp::SmtpSink,
         adjust: impl FnOnce(&mut Config),
     ) -> Stage {
-        let (db, pool) = migrated(test, sql).await;
+        Self::start_on(test, async |pool| execute(pool, sql).await, sink, adjust).await
+    }
+
+    /// As `start_with`, with the database prepared by `setup` (before the app starts and loads
+    /// the rules).
+    pub async fn start_prepared(
+        test: &str,
+        setup: impl AsyncFnOnce(&PgPool),
+        adjust: impl FnOnce(&mut Config),
+    ) -> Stage {
+        let sink = super::smtp::SmtpSink::start().await;
+        Self::start_on(test, setup, sink, adjust).await
+    }
+
+    async fn start_on(
+        test: &str,
+        setup: impl AsyncFnOnce(&PgPool),
+        sink: super::smtp::SmtpSink,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Stage {
+        let (db, pool) = prepared(test, setup).await;
         let mut cfg = config(&db, Some(sink.url()));
         adjust(&mut cfg);
         let app = sendguard::start(&cfg).await.expect("start");

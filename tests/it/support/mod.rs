@@ -8,6 +8,7 @@ pub mod proxy;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod reference;
+pub mod rules;
 pub mod serve;
 pub mod smtp;
 pub mod webhook_receiver;
