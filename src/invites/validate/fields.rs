@@ -82,7 +82,8 @@ pub(super) fn single_line(field: &'static str, value: &str, max: usize) -> Resul
 /// order mark, ...) in `value` that no script needs there: such characters make look-alikes of
 /// names and ids. The joiners pass where IDNA's ContextJ rules (RFC 5892, appendix A) allow
 /// them, after a virama or, for U+200C, between letters that join (Persian, Arabic), and
-/// U+200D also between two emoji of a sequence (👩‍💻).
+/// U+200D also between two emoji of a sequence (👩‍💻); tag characters only in an emoji tag
+/// sequence (a subdivision flag).
 fn invisible(value: &str) -> Option<char> {
     let category = CodePointMapData::<GeneralCategory>::new();
     value.char_indices().find_map(|(i, c)| {
@@ -94,10 +95,23 @@ fn invisible(value: &str) -> Option<char> {
         let allowed = match c {
             '\u{200C}' => after_virama(before.clone()) || joins(before, after),
             '\u{200D}' => after_virama(before.clone()) || between_emoji(before, after),
+            TAG_FIRST..=TAG_CANCEL => in_tag_sequence(before),
             _ => false,
         };
         (!allowed).then_some(c)
     })
+}
+
+/// The tag characters of an emoji tag sequence (UTS #51): the subdivision flags, e.g. the flag
+/// of Scotland, are a pictographic base, tags, and the cancel tag.
+const TAG_FIRST: char = '\u{E0020}';
+const TAG_CANCEL: char = '\u{E007F}';
+
+/// Whether a tag character follows an emoji base, other tags aside.
+fn in_tag_sequence(before: impl Iterator<Item = char>) -> bool {
+    let pictographic = CodePointSetData::new::<ExtendedPictographic>();
+    let mut before = before.skip_while(|c| (TAG_FIRST..TAG_CANCEL).contains(c));
+    before.next().is_some_and(|c| pictographic.contains(c))
 }
 
 fn after_virama(mut before: impl Iterator<Item = char>) -> bool {

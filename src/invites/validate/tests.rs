@@ -242,6 +242,7 @@ fn format_characters_are_refused_but_joiners_where_a_script_needs_them() {
         "a\u{2060}",
         "ab\u{200d}",
         "a\u{200c}b",
+        "gb\u{e0073}\u{e0063}\u{e0074}\u{e007f}",
     ] {
         assert_eq!(name_refused(refused), Some("sender_name"), "{refused:?}");
     }
@@ -251,6 +252,8 @@ fn format_characters_are_refused_but_joiners_where_a_script_needs_them() {
         "می\u{200c}خواهم",
         "क्\u{200d}ष",
         "क्\u{200c}ष",
+        // An emoji tag sequence: the flag of Scotland.
+        "Ana \u{1f3f4}\u{e0067}\u{e0062}\u{e0073}\u{e0063}\u{e0074}\u{e007f}",
     ] {
         assert_eq!(name_refused(allowed), None, "{allowed:?}");
     }
