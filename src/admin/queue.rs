@@ -35,7 +35,10 @@ pub(super) struct QueueRow {
     reach: String,
     outcomes: String,
     acceptance: String,
-    latest_held: String,
+    /// What the reviewer reads first: the text of the invite that tripped the rule, else the
+    /// latest held one, said which.
+    text: String,
+    text_is: &'static str,
 }
 
 impl From<Awaiting> for QueueRow {
@@ -62,7 +65,12 @@ impl From<Awaiting> for QueueRow {
                 counted(a.domains, "domain")
             ),
             outcomes: outcomes(a.bounces, a.complaints),
-            latest_held: a.latest_held.unwrap_or_default(),
+            text_is: match (&a.tripping, &a.latest_held) {
+                (Some(_), _) => "the invite that tripped the rule",
+                (None, Some(_)) => "the latest held invite",
+                (None, None) => "",
+            },
+            text: a.tripping.or(a.latest_held).unwrap_or_default(),
         }
     }
 }

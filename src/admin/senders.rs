@@ -182,6 +182,11 @@ pub(super) struct InviteView {
     recipient: String,
     status: String,
     why: String,
+    /// The sender's words, links marked: what a reviewer reads of a sent invite too.
+    text: Vec<Segment>,
+    /// What its recipient reported of it: a complaint or a bounce is marked on the page.
+    outcomes: String,
+    complained: bool,
 }
 
 /// A held invite with the sender's words, links marked.
@@ -332,11 +337,23 @@ pub(super) async fn render_sender(
         invites: invites
             .into_iter()
             .take(PAGE as usize)
-            .map(|i| InviteView {
-                when: time(Some(i.created_at)),
-                why: why(&i.decision),
-                recipient: i.recipient,
-                status: i.status,
+            .map(|i| {
+                let outcomes = i.outcomes.unwrap_or_default();
+                InviteView {
+                    when: time(Some(i.created_at)),
+                    why: why(&i.decision),
+                    text: i
+                        .message
+                        .or(i.resource)
+                        .or(i.sender_name)
+                        .as_deref()
+                        .map(marked)
+                        .unwrap_or_default(),
+                    complained: outcomes.contains("complaint") || outcomes.contains("bounce"),
+                    outcomes,
+                    recipient: i.recipient,
+                    status: i.status,
+                }
             })
             .collect(),
         notes: notes

@@ -24,6 +24,8 @@ pub const QUEUE: &str =
                 WHERE o.app_id = s.app_id AND o.sender_id = s.id AND o.type = 'complaint'
                 AND o.at > now() - interval '1 day') AS complaints,
             (SELECT left(coalesce(i.message, i.resource, i.sender_name, ''), 140) FROM invites i
+                WHERE i.id = f.invite_id AND i.app_id = s.app_id) AS tripping,
+            (SELECT left(coalesce(i.message, i.resource, i.sender_name, ''), 140) FROM invites i
                 WHERE i.app_id = s.app_id AND i.sender_id = s.id AND i.status = 'held'
                 ORDER BY i.created_at DESC LIMIT 1) AS latest_held
      FROM (SELECT * FROM senders WHERE state = 'shadow_banned'
@@ -34,7 +36,7 @@ pub const QUEUE: &str =
                AND ($3::bigint IS NULL OR app_id = $3)) s
      JOIN apps a ON a.id = s.app_id
      LEFT JOIN LATERAL (
-         SELECT rule_name, signal, action, observed, limit_count, created_at FROM flags
+         SELECT rule_name, signal, action, observed, limit_count, created_at, invite_id FROM flags
          WHERE app_id = s.app_id AND sender_id = s.id ORDER BY created_at DESC LIMIT 1) f ON true
      LEFT JOIN LATERAL (
          SELECT count(DISTINCT recipient) AS recipients,
@@ -53,9 +55,12 @@ pub const AWAITING: &str = "SELECT
      + (SELECT count(*) FROM senders
         WHERE state = 'active' AND (held_stored > 0 OR review_requested_at IS NOT NULL))";
 
-/// A sender's invites, newest first.
+/// A sender's invites, newest first, with what their recipients reported of them.
 pub const INVITES: &str = "SELECT id, created_at, recipient, status, decision, resource, message,
-         sender_name FROM invites
+         sender_name,
+         (SELECT string_agg(o.type, ', ' ORDER BY o.type) FROM outcomes o
+          WHERE o.invite_id = i.id) AS outcomes
+     FROM invites i
      WHERE app_id = $4 AND sender_id = $1 ORDER BY created_at DESC, id LIMIT $2 OFFSET $3";
 
 /// One row of the review queue. The flag fields are empty for a sender banned by hand.
@@ -83,7 +88,10 @@ pub struct Awaiting {
     pub sent: i64,
     pub bounces: i64,
     pub complaints: i64,
-    /// The start of the latest held invite's text.
+    /// The start of the text of the invite that tripped the latest flag.
+    pub tripping: Option<String>,
+    /// The start of the latest held invite's text, for a sender with no such invite (banned
+    /// by hand, or the invite gone with retention).
     pub latest_held: Option<String>,
 }
 
@@ -179,6 +187,9 @@ pub struct SentInvite {
     pub resource: Option<String>,
     pub message: Option<String>,
     pub sender_name: Option<String>,
+    /// The outcomes reported of it (`bounce`, `complaint`, `accepted`), when read.
+    #[sqlx(default)]
+    pub outcomes: Option<String>,
 }
 
 /// The sender's held invites, newest first, at most 100.

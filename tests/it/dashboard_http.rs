@@ -346,6 +346,75 @@ async fn decisions_are_offered_only_where_they_apply() {
     assert!(body.contains("does not apply to this sender"), "{body}");
 }
 
+/// The queue shows the invite that tripped the rule, not the latest held one (which may be
+/// harmless), and says which it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_shows_the_invite_that_tripped_the_rule() {
+    let stage = Stage::new("dashtrip").await;
+    let texts = [
+        "Join my doc",
+        "Join my doc",
+        "Join my doc",
+        "Cheap pills, reply for the price list",
+        "Here are the meeting notes",
+    ];
+    for (n, message) in texts.iter().enumerate() {
+        let body = serde_json::json!({"sender_id": "trip", "message": message,
+                                      "recipient": format!("t{n}@example.com")});
+        assert_eq!(stage.api.send(body).await.0, StatusCode::OK);
+    }
+    crate::follow_ups::flags_done(&stage.pool).await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    assert!(
+        queue.contains("the invite that tripped the rule:")
+            && queue.contains("Cheap pills, reply for the price list"),
+        "{queue}"
+    );
+    assert!(!queue.contains("Here are the meeting notes"), "{queue}");
+}
+
+/// The sender page shows the text of sent invites too, and marks the ones their recipients
+/// complained about: a reviewer reads what a sender banned for complaints sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_page_shows_sent_invites_and_marks_the_complaints() {
+    let stage = Stage::new("dashsent").await;
+    let mut ids = Vec::new();
+    for (n, message) in ["Your parcel is waiting, call now", "Join my doc"]
+        .iter()
+        .enumerate()
+    {
+        let body = serde_json::json!({"sender_id": "parcel", "message": message,
+                                      "recipient": format!("p{n}@example.com")});
+        let (status, id) = stage.api.send(body).await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    assert_eq!(stage.settle().await, 2);
+    assert_eq!(
+        stage.api.event(&ids[0], "complaint").await,
+        StatusCode::ACCEPTED
+    );
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/parcel").await;
+    let row = page
+        .split("<tr")
+        .find(|row| row.contains("p0@example.com"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("Your parcel is waiting, call now")
+            && row.contains("class=\"reported\"")
+            && row.contains("<strong>complaint</strong>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("Join my doc"),
+        "the other sent invite's text too"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_confirm_from_the_queue_holds_later_invites() {
     let stage = Stage::new("dashbulk").await;
