@@ -19,6 +19,8 @@ pub(super) struct AuditRow {
     app: Option<String>,
     sender: Option<String>,
     detail: String,
+    /// The invite the entry was about (a held one decided, the one that tripped a rule).
+    invite: Option<String>,
     note: String,
 }
 
@@ -73,6 +75,7 @@ pub(super) async fn audit_log(
                 action: e.action,
                 app: e.app,
                 sender: e.sender_id,
+                invite: e.detail["invite"].as_str().map(str::to_owned),
                 detail: e.detail.to_string(),
                 note: e.note.unwrap_or_default(),
             })

@@ -229,6 +229,21 @@ pub fn why(decision: &serde_json::Value) -> String {
     if decision["suppressed"] == "unsubscribed" {
         return "the recipient unsubscribed from this app".into();
     }
+    // A held invite a reviewer decided: that decision is why it has its status now.
+    if let Some(by) = decision["decided"]["by"].as_str() {
+        let what = match decision["decided"]["status"].as_str() {
+            Some("queued") => "released",
+            _ => "discarded",
+        };
+        let at = decision["decided"]["at"]
+            .as_str()
+            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+            .map(|at| time(Some(at.with_timezone(&chrono::Utc))))
+            .unwrap_or_default();
+        return format!("held, then {what} by {by} {at}")
+            .trim_end()
+            .to_owned();
+    }
     match decision["reason"].as_str() {
         Some("trusted") => "trusted sender".into(),
         Some(reason) if reason.starts_with("sender_") => {

@@ -178,6 +178,7 @@ pub(super) struct FlagView {
 }
 
 pub(super) struct InviteView {
+    id: String,
     when: String,
     recipient: String,
     status: String,
@@ -340,6 +341,7 @@ pub(super) async fn render_sender(
             .map(|i| {
                 let outcomes = i.outcomes.unwrap_or_default();
                 InviteView {
+                    id: i.id.to_string(),
                     when: time(Some(i.created_at)),
                     why: why(&i.decision),
                     text: i

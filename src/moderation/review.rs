@@ -305,12 +305,15 @@ pub async fn apply(
         // Released invites go to the queue as they are: they were counted when they came in.
         Some(status) => sqlx::query(
             "UPDATE invites SET status = $2,
-                 next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
+                 next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END,
+                 decision = decision || jsonb_build_object('decided',
+                     jsonb_build_object('status', $2, 'by', $4::text, 'at', now()))
              WHERE app_id = $3 AND sender_id = $1 AND status = 'held'",
         )
         .bind(&sender.id)
         .bind(status)
         .bind(sender.app_id)
+        .bind(review.actor)
         .execute(&mut *tx)
         .await?
         .rows_affected(),
@@ -447,13 +450,16 @@ pub async fn decide_invite(
     lock_at(&mut tx, sender, seen_version).await?;
     let changed = sqlx::query(
         "UPDATE invites SET status = $3,
-             next_attempt_at = CASE WHEN $3 = 'queued' THEN now() END
+             next_attempt_at = CASE WHEN $3 = 'queued' THEN now() END,
+             decision = decision || jsonb_build_object('decided',
+                 jsonb_build_object('status', $3, 'by', $5::text, 'at', now()))
          WHERE id = $1 AND app_id = $4 AND sender_id = $2 AND status = 'held'",
     )
     .bind(invite_id)
     .bind(&sender.id)
     .bind(decision.status())
     .bind(sender.app_id)
+    .bind(actor)
     .execute(&mut *tx)
     .await?
     .rows_affected()

@@ -270,6 +270,13 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
             && page.contains("lift_and_release")
             && page.contains("known customer")
     );
+    // A released invite says so, and who released it; not why it was held.
+    assert_eq!(
+        page.matches("held, then released by alice").count(),
+        2,
+        "{page}"
+    );
+    assert!(!page.contains("sender was shadow-banned"), "{page}");
 }
 
 /// A decision is offered only where it applies: a banned sender gets no "Confirm ban", a
@@ -788,6 +795,11 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
         page.contains("known customer, ok") && page.contains("release_invite"),
         "{page}"
     );
+    // The audit log names the invite the decision was about, linked to it on the sender page.
+    let (_, audit) = stage.get(&browser, "/admin/audit?sender=linky").await;
+    let anchor = format!("/admin/senders/default/linky#invite-{id}");
+    assert!(audit.contains(&anchor), "{audit}");
+    assert!(page.contains(&format!("id=\"invite-{id}\"")), "{page}");
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
         !queue.contains("/admin/senders/default/linky"),
