@@ -34,3 +34,4 @@ mod support;
 mod transport;
 mod unauthenticated_floods;
 mod webhooks;
+mod wire_names;
