@@ -15,6 +15,7 @@ use super::senders::sender_path;
 use super::session::Admin;
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
+use crate::rules::Signal;
 use crate::sender_key::SenderKey;
 
 pub(super) struct QueueRow {
@@ -55,7 +56,11 @@ impl From<Awaiting> for QueueRow {
             repeat_offender: a.repeat_offender,
             linked_to: a.linked_to,
             rule: a.rule_name.unwrap_or_else(|| "manual".into()),
-            signal: a.signal.unwrap_or_default(),
+            signal: a
+                .signal
+                .as_deref()
+                .map(|s| Signal::words_of(s).to_owned())
+                .unwrap_or_default(),
             observed: a.observed.unwrap_or(0),
             limit: a.limit_count.unwrap_or(0),
             held: a.held,

@@ -13,6 +13,7 @@ use super::Dashboard;
 use super::error::AdminError;
 use super::format::{Notice, PageQuery, window};
 use super::layout::Layout;
+use super::senders::sender_path;
 use super::session::{Admin, AdminOnly};
 use crate::limiter::Algorithm;
 use crate::rules::backtest::{self, Backtest, Score};
@@ -62,8 +63,8 @@ pub(super) async fn list(
                 RuleRow {
                     id: r.id,
                     name: r.name,
-                    scope: r.scope.as_str().to_owned(),
-                    signal: r.signal.as_str().to_owned(),
+                    scope: r.scope.words().to_owned(),
+                    signal: r.signal.words().to_owned(),
                     new_senders_only: r.new_senders_only,
                     limit: r.quota.limit,
                     window: window((r.quota.window_ms / 1000) as i64),
@@ -114,6 +115,9 @@ pub(super) struct BacktestView {
     invites: usize,
     tripped: usize,
     over: usize,
+    /// The senders caught, each as (name, link to its page).
+    caught: Vec<(String, String)>,
+    caught_count: usize,
     subjects: &'static str,
     truncated: bool,
     score: Option<ScoreView>,
@@ -161,8 +165,21 @@ fn score_view(s: Score) -> ScoreView {
     }
 }
 
-fn backtest_view(b: Backtest, scope: Scope) -> BacktestView {
+fn backtest_view(dashboard: &Dashboard, b: Backtest, scope: Scope) -> BacktestView {
+    let caught = b
+        .caught
+        .iter()
+        .filter_map(|s| {
+            let app = dashboard.apps.get(s.app_id)?;
+            Some((
+                format!("{} ({})", s.id, app.name),
+                sender_path(&app.name, &s.id),
+            ))
+        })
+        .collect();
     BacktestView {
+        caught,
+        caught_count: b.caught_count,
         score: b.score.map(score_view),
         invites: b.invites,
         tripped: b.tripped,
@@ -346,7 +363,7 @@ async fn submit(
     };
     if form.intent == "backtest" {
         let result = backtest::backtest(&dashboard.pool, &rule, dashboard.new_sender_days).await?;
-        let b = backtest_view(result, rule.scope);
+        let b = backtest_view(dashboard, result, rule.scope);
         return Ok(page(&admin, id, view, FieldErrors::default(), None, Some(b)).into_response());
     }
     let note = super::decision_note(&form.note)?;

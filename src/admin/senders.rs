@@ -21,7 +21,7 @@ use crate::limiter::Check;
 use crate::moderation::SenderState;
 use crate::moderation::review::{self, Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Sender, SentInvite};
-use crate::rules::{self, Scope};
+use crate::rules::{self, Scope, Signal};
 use crate::sender_key::SenderKey;
 use crate::urls::component;
 
@@ -277,7 +277,7 @@ async fn counters(dashboard: &Dashboard, sender: &SenderKey) -> (Vec<CounterView
                 .zip(decisions)
                 .map(|(r, d)| CounterView {
                     rule: r.name.clone(),
-                    signal: r.signal.as_str(),
+                    signal: r.signal.words(),
                     count: d.count,
                     limit: r.quota.limit,
                     window: window((r.quota.window_ms / 1000) as i64),
@@ -326,7 +326,7 @@ pub(super) async fn render_sender(
             .map(|f| FlagView {
                 when: time(Some(f.created_at)),
                 rule: f.rule_name,
-                signal: f.signal,
+                signal: Signal::words_of(&f.signal).to_owned(),
                 action: f.action,
                 observed: f.observed,
                 limit: f.limit_count,

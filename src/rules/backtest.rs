@@ -48,6 +48,11 @@ pub struct Backtest {
     pub tripped: usize,
     /// Invites that would have been over the limit.
     pub over: usize,
+    /// The senders of those invites, in the order each was first over (at most
+    /// [`CAUGHT_SHOWN`]), so that a reviewer can open them.
+    pub caught: Vec<SenderKey>,
+    /// Senders caught in all.
+    pub caught_count: usize,
     pub truncated: bool,
     /// The score against past decisions (rules on senders only).
     pub score: Option<Score>,
@@ -136,10 +141,15 @@ fn outcome_of(signal: Signal) -> Option<&'static str> {
     }
 }
 
+/// Senders a backtest names at most.
+pub const CAUGHT_SHOWN: usize = 50;
+
 /// What a rule would have told one recorded invite.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub invite: uuid::Uuid,
+    /// Its sender.
+    pub sender: SenderKey,
     pub subject: String,
     /// The rule's count after the invite.
     pub count: u64,
@@ -163,8 +173,8 @@ struct Event {
     subject: String,
     cost: u64,
     member: Option<u32>,
-    /// The invite, when the event is one (outcomes only add to the count).
-    invite: Option<uuid::Uuid>,
+    /// The invite and its sender, when the event is one (outcomes only add to the count).
+    invite: Option<(uuid::Uuid, SenderKey)>,
 }
 
 /// Replays the last 24 hours through `rule` in the in-process limiter, with their own
@@ -197,7 +207,7 @@ pub async fn replay(
             subject: adds.subject,
             cost: adds.cost,
             member: adds.member,
-            invite: Some(r.id),
+            invite: Some((r.id, sender.clone())),
         });
     }
     if let Some(kind) = outcome_of(rule.signal) {
@@ -239,10 +249,11 @@ pub async fn replay(
         let Some(decision) = store.check_batch(&[check], Some(at_ms)).pop() else {
             continue;
         };
-        if let Some(invite) = event.invite {
+        if let Some((invite, sender)) = event.invite {
             // A rule acts on the invites that add to its count; the others only read it.
             verdicts.push(Verdict {
                 invite,
+                sender,
                 subject: event.subject,
                 count: decision.count,
                 exceeded: event.cost > 0 && !decision.allowed,
@@ -266,6 +277,12 @@ pub async fn backtest(
     let replay = replay(pool, rule, new_sender_days).await?;
     let over: Vec<&Verdict> = replay.verdicts.iter().filter(|v| v.exceeded).collect();
     let tripped: HashSet<&str> = over.iter().map(|v| v.subject.as_str()).collect();
+    let mut seen = HashSet::new();
+    let caught: Vec<SenderKey> = over
+        .iter()
+        .filter(|v| seen.insert(&v.sender))
+        .map(|v| v.sender.clone())
+        .collect();
     let score = if rule.scope == Scope::Sender {
         Some(score(pool, rule, new_sender_days).await?)
     } else {
@@ -275,6 +292,8 @@ pub async fn backtest(
         invites: replay.invites,
         tripped: tripped.len(),
         over: over.len(),
+        caught_count: caught.len(),
+        caught: caught.into_iter().take(CAUGHT_SHOWN).collect(),
         truncated: replay.truncated,
         score,
     })

@@ -40,6 +40,17 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// Whom a rule of this scope counts for, in a moderator's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            Scope::Sender => "per sender",
+            Scope::Ip => "per sender address (IPv6: /64), per app",
+            Scope::Recipient => "per recipient",
+            Scope::RecipientDomain => "per recipient domain",
+            Scope::Global => "all traffic together",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -181,6 +192,26 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// What the signal counts, in a moderator's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            Signal::Invites => "invites",
+            Signal::DistinctRecipients => "different recipients",
+            Signal::DistinctDomains => "different recipient domains",
+            Signal::Links => "invites with links",
+            Signal::Bounces => "bounces",
+            Signal::Complaints => "complaints",
+        }
+    }
+
+    /// The words of a signal stored by name (a flag's); the name itself if it is no signal.
+    pub fn words_of(name: &str) -> &str {
+        match name.parse::<Signal>() {
+            Ok(signal) => signal.words(),
+            Err(_) => name,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         self.into()
     }

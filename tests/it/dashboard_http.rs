@@ -510,6 +510,12 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
     stage.log_in(&browser, PASSWORD).await;
     let (_, list) = stage.get(&browser, "/admin/rules").await;
     assert!(list.contains("recipient-daily") && list.contains("ip-hourly"));
+    // What each rule counts, in words; the counting's machinery behind a disclosure.
+    assert!(
+        list.contains("invites with links per sender, new senders only")
+            && list.contains("<details><summary>Counting</summary>"),
+        "{list}"
+    );
     let id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
         .fetch_one(&stage.pool)
         .await
@@ -549,6 +555,12 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
         page.contains(
             "<strong>1</strong> senders would have tripped it, and <strong>3</strong> invites"
         ),
+        "{page}"
+    );
+    // It names the sender it would catch, with a link to its page.
+    assert!(
+        page.contains("Senders it would catch (1)")
+            && page.contains(r#"<a href="/admin/senders/default/heavy">heavy (default)</a>"#),
         "{page}"
     );
 
