@@ -235,6 +235,8 @@ pub(super) struct SenderPage {
     layout: Layout,
     sender: SenderView,
     decisions: Vec<DecisionView>,
+    /// Some decision offered asks for a confirmation.
+    confirming: bool,
     counters: Vec<CounterView>,
     counters_error: Option<String>,
     outcomes: String,
@@ -314,9 +316,11 @@ pub(super) async fn render_sender(
     let history = audit::of_sender(pool, key).await?;
     let (counters, counters_error) = counters(dashboard, key).await;
     let more = invites.len() as i64 > PAGE;
+    let decisions = decisions(&sender);
     Ok(SenderPage {
         layout: admin.layout(),
-        decisions: decisions(&sender),
+        confirming: decisions.iter().any(|d| d.confirm),
+        decisions,
         sender: SenderView::new(app, sender),
         counters,
         counters_error,

@@ -179,3 +179,75 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
 
     b.close().await;
 }
+
+/// A moderator reviews a sender banned for complaints: the queue names the rule, the sender
+/// page shows the text of the invites that were complained about, marked, and the decision
+/// applies in one click (nothing held, so nothing to confirm), after which it is offered no
+/// more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moderator_reads_what_a_sender_banned_for_complaints_sent() {
+    let stage = Stage::start("browser_complaints", &[]).await;
+    let pool = &stage.pool;
+    sendguard::admin::accounts::add(pool, "mona", PASSWORD, Role::Moderator, "test")
+        .await
+        .expect("moderator");
+    let base = stage.base();
+    let api = Api::new(base.clone(), api_key(pool).await);
+    let pitch = "Your parcel is waiting, call +1 555 0100 to claim it";
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let (status, id) = api
+            .send(
+                json!({"sender_id": "parcel", "recipient": format!("p{n}@example.org"),
+                         "sender_name": "Parcel desk", "message": pitch}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        ids.push(id.expect("id"));
+    }
+    assert_eq!(stage.settle().await, 3);
+    for id in &ids {
+        assert_eq!(api.event(id, "complaint").await, StatusCode::ACCEPTED);
+    }
+    assert_eq!(
+        crate::support::app::sender_state(pool, "parcel").await,
+        "shadow_banned",
+        "three complaints are over sender-complaints-daily (2)"
+    );
+
+    let b = Browser::start().await;
+    b.goto(&format!("{base}/admin/login")).await;
+    b.fill("#username", "mona").await;
+    b.fill("#password", PASSWORD).await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_url("/admin/queue").await, "{}", b.url().await);
+    assert!(b.wait_for_text("sender-complaints-daily").await);
+    b.click("a[href='/admin/senders/default/parcel']").await;
+    assert!(b.wait_for_text("Live counters").await);
+    let page = b.source().await;
+    let reported = page.matches("<strong>complaint</strong>").count();
+    assert_eq!(reported, 3, "each complained-about invite is marked");
+    assert!(page.contains(pitch), "the text that was complained about");
+    assert!(
+        !page.contains("value=\"shadow_ban\""),
+        "already shadow-banned"
+    );
+    b.goto(&format!(
+        "{base}/admin/senders/default/parcel#invite-{}",
+        ids[2]
+    ))
+    .await;
+    assert!(b.wait_for_text("Live counters").await);
+    b.screenshot(&shot("sender-complaints")).await;
+    b.click("button[value='confirm_ban']").await;
+    assert!(b.wait_for_text("Done: confirm ban").await);
+    assert_eq!(
+        crate::support::app::sender_state(pool, "parcel").await,
+        "banned"
+    );
+    assert!(
+        !b.source().await.contains("value=\"confirm_ban\""),
+        "no confirm for a banned sender"
+    );
+    b.close().await;
+}
