@@ -111,9 +111,12 @@ impl Notice {
                 ..
             } => "Dismissed: the sender stays as it is.".into(),
             Notice::Reviewed { action, invites } => format!(
-                "Done: {} ({invites} held invite(s) changed).",
-                action.as_str().replace('_', " ")
-            ),
+                "Done: {} ({invites} held invite(s) changed). {}",
+                action.as_str().replace('_', " "),
+                action.afterwards()
+            )
+            .trim_end()
+            .to_owned(),
             Notice::RuleSaved => "Saved; every instance applies the rule within a second.".into(),
             Notice::InviteDecided { changed: true } => "Done: the invite was decided.".into(),
             Notice::InviteDecided { changed: false } => {

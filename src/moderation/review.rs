@@ -143,6 +143,28 @@ impl ReviewAction {
         }
     }
 
+    /// Once taken: what can still be undone, and how.
+    pub fn afterwards(self) -> &'static str {
+        match self {
+            ReviewAction::ConfirmBan => {
+                "The ban can be lifted from this page; discarded invites cannot be restored."
+            }
+            ReviewAction::ShadowBan => {
+                "Lift the ban from this page to undo it; what it holds meanwhile can be released."
+            }
+            ReviewAction::LiftAndRelease
+            | ReviewAction::ReleaseHeld
+            | ReviewAction::MarkTrusted => {
+                "Released invites are on their way and cannot be recalled; the sender can be \
+                 shadow-banned again from this page."
+            }
+            ReviewAction::LiftAndDiscard | ReviewAction::DiscardHeld => {
+                "Discarded invites cannot be restored."
+            }
+            ReviewAction::Dismiss => "",
+        }
+    }
+
     /// What confirming the decision sets in motion, and what can still be undone after it.
     pub fn consequence(self) -> &'static str {
         match self.held_become() {
