@@ -340,7 +340,8 @@ async fn the_report_link_records_one_complaint() {
 /// in every app that has one, and lets an admin see and remove an app's suppressed recipients.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_keeps_apps_apart() {
-    use crate::support::dashboard::{client, hidden, log_in};
+    use crate::support::dashboard::{client, log_in};
+    use crate::support::html;
     use sendguard::admin::accounts::{self, Role};
     let stage = Stage::start_prepared(
         "apps_dashboard",
@@ -417,7 +418,7 @@ async fn the_dashboard_keeps_apps_apart() {
     let removed = browser
         .post(format!("{base}/admin/apps/drawbox/suppressions/remove"))
         .form(&[
-            ("csrf", hidden(&app_page, "csrf").as_str()),
+            ("csrf", html::parse(&app_page).field("csrf").as_str()),
             ("recipient", "gone@example.com"),
         ])
         .send()

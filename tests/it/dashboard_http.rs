@@ -3,7 +3,8 @@
 
 use crate::support::api::Api;
 use crate::support::app::{self as app, api_key, config, sender_state};
-use crate::support::dashboard::{self, hidden};
+use crate::support::dashboard;
+use crate::support::html::{self, Page};
 use crate::support::rules;
 use reqwest::StatusCode;
 use sendguard::admin::accounts::Role;
@@ -56,13 +57,13 @@ impl Stage {
         dashboard::log_in(client, &self.base, "alice", password).await
     }
 
-    async fn get(&self, client: &reqwest::Client, path: &str) -> (StatusCode, String) {
+    async fn get(&self, client: &reqwest::Client, path: &str) -> (StatusCode, Page) {
         let resp = client
             .get(format!("{}{path}", self.base))
             .send()
             .await
             .expect("get");
-        (resp.status(), resp.text().await.expect("body"))
+        (resp.status(), page_of(resp).await)
     }
 
     async fn invite(&self, sender: &str, recipient: &str) {
@@ -87,6 +88,11 @@ impl Stage {
     }
 }
 
+/// The body of an answer, parsed.
+async fn page_of(resp: reqwest::Response) -> Page {
+    html::parse(&resp.text().await.expect("body"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_need_a_login_and_a_wrong_password_is_refused() {
     let stage = Stage::new("dashlogin").await;
@@ -100,7 +106,7 @@ async fn pages_need_a_login_and_a_wrong_password_is_refused() {
     assert_eq!(resp.headers()["location"], "/admin/login");
     let (status, page) = stage.get(&browser, "/admin/login").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(page.contains("<label for=\"password\">"));
+    assert!(page.exists("label[for=password]"), "{page}");
 
     let tokenless = browser
         .post(format!("{}/admin/login", stage.base))
@@ -117,10 +123,9 @@ async fn pages_need_a_login_and_a_wrong_password_is_refused() {
     let wrong = stage.log_in(&browser, "not the password").await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     assert!(
-        wrong
-            .text()
+        page_of(wrong)
             .await
-            .expect("body")
+            .text()
             .contains("Wrong username or password")
     );
 
@@ -158,9 +163,9 @@ async fn failed_logins_are_rate_limited() {
     let resp = stage.log_in(&browser, PASSWORD).await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(
-        resp.text()
+        page_of(resp)
             .await
-            .expect("body")
+            .text()
             .contains("Too many failed attempts")
     );
 }
@@ -176,22 +181,27 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     stage.log_in(&browser, PASSWORD).await;
 
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
-    assert!(queue.contains("/admin/senders/default/eager"), "{queue}");
+    let row = queue.row("eager").expect("the sender's row");
     assert!(
-        queue.contains("sender-hourly") && queue.contains("4 / 3"),
+        row.exists("a[href=/admin/senders/default/eager]")
+            && row.text().contains("sender-hourly")
+            && row.text().contains("4 / 3"),
         "{queue}"
     );
 
     let (status, page) = stage.get(&browser, "/admin/senders/default/eager").await;
     assert_eq!(status, StatusCode::OK);
+    let text = page.text();
     assert!(
-        page.contains("exceeded sender-hourly 4/3"),
+        text.contains("exceeded sender-hourly 4/3"),
         "decision record shown"
     );
-    assert!(page.contains("sender was shadow-banned"), "{page}");
-    let csrf = hidden(&page, "csrf");
-    let version = hidden(&page, "version");
-    let held = hidden(&page, "held");
+    assert!(text.contains("sender was shadow-banned"), "{page}");
+    let (csrf, version, held) = (
+        page.field("csrf"),
+        page.field("version"),
+        page.field("held"),
+    );
 
     // Without the token: refused, nothing changes.
     let forged = stage
@@ -220,11 +230,13 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
     ];
     let asked = stage.review(&browser, "default/eager", &fields).await;
     assert_eq!(asked.status(), StatusCode::OK);
-    let asked = asked.text().await.expect("body");
+    let asked = page_of(asked).await;
     assert!(
-        asked.contains("Confirm: Lift ban and release 2 held invites")
-            && asked.contains("cannot be recalled")
-            && asked.contains(r#"name="confirmed" value="yes""#),
+        asked
+            .text()
+            .contains("Confirm: Lift ban and release 2 held invites")
+            && asked.text().contains("cannot be recalled")
+            && asked.field("confirmed") == "yes",
         "{asked}"
     );
     assert_eq!(sender_state(&stage.pool, "eager").await, "shadow_banned");
@@ -257,26 +269,26 @@ async fn a_reviewer_lifts_a_ban_and_the_held_invites_are_delivered() {
         .await;
     assert_eq!(stale.status(), StatusCode::CONFLICT);
     assert!(
-        stale
-            .text()
+        page_of(stale)
             .await
-            .expect("body")
+            .text()
             .contains("changed since you loaded the page")
     );
 
     let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
+    let text = page.text();
     assert!(
-        page.contains("alice")
-            && page.contains("lift_and_release")
-            && page.contains("known customer")
+        text.contains("alice")
+            && text.contains("lift_and_release")
+            && text.contains("known customer")
     );
     // A released invite says so, and who released it; not why it was held.
     assert_eq!(
-        page.matches("held, then released by alice").count(),
+        text.matches("held, then released by alice").count(),
         2,
         "{page}"
     );
-    assert!(!page.contains("sender was shadow-banned"), "{page}");
+    assert!(!text.contains("sender was shadow-banned"), "{page}");
 }
 
 /// A decision is offered only where it applies: a banned sender gets no "Confirm ban", a
@@ -291,16 +303,10 @@ async fn decisions_are_offered_only_where_they_apply() {
     stage.invite("calm", "c0@example.com").await;
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
-    let offered = |page: &str| -> Vec<String> {
-        page.split(r#"name="action" value=""#)
-            .skip(1)
-            .filter_map(|rest| rest.split('"').next().map(str::to_owned))
-            .collect()
-    };
 
     let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
     assert_eq!(
-        offered(&page),
+        page.actions(),
         [
             "confirm_ban",
             "lift_and_release",
@@ -310,19 +316,20 @@ async fn decisions_are_offered_only_where_they_apply() {
         "shadow-banned with one held invite"
     );
     assert!(
-        page.contains("Lift ban and release 1 held invite…"),
+        page.select("button[value=lift_and_release]")
+            .any(|b| b.text() == "Lift ban and release 1 held invite…"),
         "{page}"
     );
     let (_, page) = stage.get(&browser, "/admin/senders/default/calm").await;
     assert_eq!(
-        offered(&page),
+        page.actions(),
         ["mark_trusted", "shadow_ban"],
         "active with nothing held"
     );
 
     // Confirmed: the held invite is discarded and the sender banned.
     let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
-    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    let (csrf, version) = (page.field("csrf"), page.field("version"));
     let ban = [
         ("csrf", csrf.as_str()),
         ("version", version.as_str()),
@@ -334,14 +341,18 @@ async fn decisions_are_offered_only_where_they_apply() {
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
     assert_eq!(
-        offered(&page),
+        page.actions(),
         ["lift_and_discard", "mark_trusted"],
         "banned with nothing held: a plain lift"
     );
-    assert!(page.contains(">Lift ban<"), "{page}");
+    assert!(
+        page.select("button[value=lift_and_discard]")
+            .any(|b| b.text() == "Lift ban"),
+        "{page}"
+    );
 
     // A "Confirm ban" posted for the banned sender from a fresh page is refused.
-    let version = hidden(&page, "version");
+    let version = page.field("version");
     let again = [
         ("csrf", csrf.as_str()),
         ("version", version.as_str()),
@@ -349,8 +360,11 @@ async fn decisions_are_offered_only_where_they_apply() {
     ];
     let refused = stage.review(&browser, "default/eager", &again).await;
     assert_eq!(refused.status(), StatusCode::CONFLICT);
-    let body = refused.text().await.expect("body");
-    assert!(body.contains("does not apply to this sender"), "{body}");
+    let body = page_of(refused).await;
+    assert!(
+        body.text().contains("does not apply to this sender"),
+        "{body}"
+    );
 }
 
 /// The queue shows the invite that tripped the rule, not the latest held one (which may be
@@ -374,12 +388,16 @@ async fn the_queue_shows_the_invite_that_tripped_the_rule() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let text = queue.row("trip").expect("the sender's row").text();
     assert!(
-        queue.contains("the invite that tripped the rule:")
-            && queue.contains("Cheap pills, reply for the price list"),
+        text.contains("the invite that tripped the rule:")
+            && text.contains("Cheap pills, reply for the price list"),
         "{queue}"
     );
-    assert!(!queue.contains("Here are the meeting notes"), "{queue}");
+    assert!(
+        !queue.text().contains("Here are the meeting notes"),
+        "{queue}"
+    );
 }
 
 /// The sender page shows the text of sent invites too, and marks the ones their recipients
@@ -406,18 +424,16 @@ async fn the_sender_page_shows_sent_invites_and_marks_the_complaints() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, page) = stage.get(&browser, "/admin/senders/default/parcel").await;
-    let row = page
-        .split("<tr")
-        .find(|row| row.contains("p0@example.com"))
-        .unwrap_or_default();
+    let row = page.row("p0@example.com").expect("the invite's row");
     assert!(
-        row.contains("Your parcel is waiting, call now")
-            && row.contains("class=\"reported\"")
-            && row.contains("<strong>complaint</strong>"),
+        row.text().contains("Your parcel is waiting, call now")
+            && row.attr("class") == Some("reported")
+            && row.select("strong").any(|s| s.text() == "complaint"),
         "{page}"
     );
     assert!(
-        page.contains("Join my doc"),
+        page.row("p1@example.com")
+            .is_some_and(|row| row.text().contains("Join my doc")),
         "the other sent invite's text too"
     );
 }
@@ -436,14 +452,14 @@ async fn bulk_confirm_from_the_queue_holds_later_invites() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
-    let csrf = hidden(&queue, "csrf");
-    let picks: Vec<String> = ["b1", "b2"]
+    let csrf = queue.field("csrf");
+    // Each checkbox's value is the sender's version, app and id.
+    let picks: Vec<&str> = ["b1", "b2"]
         .iter()
         .map(|id| {
-            let marker = format!(":{id}\"");
-            let end = queue.find(&marker).expect("row");
-            let start = queue[..end].rfind('"').expect("value start") + 1;
-            format!("{}:{id}", &queue[start..end])
+            let row = queue.row(&format!("Select {id} of")).expect("row");
+            let pick = row.select("input[name=sender]").next().expect("a checkbox");
+            pick.attr("value").expect("its value")
         })
         .collect();
     let body = format!(
@@ -481,9 +497,15 @@ async fn the_rules_page_shows_a_pattern_that_finds_the_rules_keys() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, list) = stage.get(&browser, "/admin/rules").await;
-    let row = &list[list.find("<td>sender-hourly</td>").expect("the rule's row")..];
-    let start = row.find("<code>").expect("its keys") + "<code>".len();
-    let pattern = &row[start..start + row[start..].find("</code>").expect("the end")];
+    let row = list
+        .select("tr")
+        .find(|row| {
+            row.select("td")
+                .next()
+                .is_some_and(|name| name.text() == "sender-hourly")
+        })
+        .expect("the rule's row");
+    let pattern = row.select("code").next().expect("its keys").text();
     let (head, tail) = pattern.split_once('*').expect("a glob of every sender");
     let (prefix, _) = head.split_once(":{").expect("the prefix");
     let prefix = KeyPrefix::new(prefix).expect("a key prefix");
@@ -509,11 +531,14 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, list) = stage.get(&browser, "/admin/rules").await;
-    assert!(list.contains("recipient-daily") && list.contains("ip-hourly"));
+    let text = list.text();
+    assert!(text.contains("recipient-daily") && text.contains("ip-hourly"));
     // What each rule counts, in words; the counting's machinery behind a disclosure.
     assert!(
-        list.contains("invites with links per sender, new senders only")
-            && list.contains("<details><summary>Counting</summary>"),
+        text.contains("invites with links per sender, new senders only")
+            && list
+                .select("details")
+                .any(|d| d.select("summary").any(|s| s.text() == "Counting")),
         "{list}"
     );
     let id: i64 = sqlx::query_scalar("SELECT id FROM rules WHERE name = 'sender-hourly'")
@@ -521,8 +546,7 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
         .await
         .expect("rule id");
     let (_, form) = stage.get(&browser, &format!("/admin/rules/{id}")).await;
-    let csrf = hidden(&form, "csrf");
-    let version = hidden(&form, "version");
+    let (csrf, version) = (form.field("csrf"), form.field("version"));
     let url = format!("{}/admin/rules/{id}", stage.base);
     let post = |limit: &'static str, intent: &'static str| {
         browser
@@ -542,25 +566,25 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
     };
     let invalid = post("zero", "save").await.expect("post");
     assert_eq!(invalid.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let page = invalid.text().await.expect("body");
     assert!(
-        page.contains("id=\"limit-error\""),
+        page_of(invalid).await.exists("[id=limit-error]"),
         "the error sits beside the limit field"
     );
 
     let backtest = post("1", "backtest").await.expect("post");
     assert_eq!(backtest.status(), StatusCode::OK);
-    let page = backtest.text().await.expect("body");
+    let page = page_of(backtest).await;
     assert!(
-        page.contains(
-            "<strong>1</strong> senders would have tripped it, and <strong>3</strong> invites"
-        ),
+        page.text()
+            .contains("1 senders would have tripped it, and 3 invites"),
         "{page}"
     );
     // It names the sender it would catch, with a link to its page.
     assert!(
-        page.contains("Senders it would catch (1)")
-            && page.contains(r#"<a href="/admin/senders/default/heavy">heavy (default)</a>"#),
+        page.text().contains("Senders it would catch (1)")
+            && page
+                .select("a[href=/admin/senders/default/heavy]")
+                .any(|a| a.text() == "heavy (default)"),
         "{page}"
     );
 
@@ -577,12 +601,14 @@ async fn a_rule_is_edited_through_its_form_and_backtested() {
     assert_eq!(stale.status(), StatusCode::CONFLICT);
 
     let (_, audit) = stage.get(&browser, "/admin/audit?actor=alice").await;
+    let audit = audit.text();
     assert!(audit.contains("rule_update") && audit.contains("alice"));
     let (_, system) = stage.get(&browser, "/admin/audit?actor=system").await;
+    let system = system.text();
     assert!(system.contains("shadow_ban") && !system.contains("rule_update"));
     let (status, overview) = stage.get(&browser, "/admin").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(overview.contains("<svg") && overview.contains("senders awaiting review"));
+    assert!(overview.exists("svg") && overview.text().contains("senders awaiting review"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -658,7 +684,8 @@ async fn hostile_input_is_shown_escaped() {
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    for html in [&queue, &page] {
+    // The served markup, not the parsed text, which decodes the escapes this looks for.
+    for html in [queue.source(), page.source()] {
         assert!(!html.contains("<script>"), "unescaped markup:\n{html}");
         assert!(html.contains("&lt;script&gt;") || html.contains("&#60;script&#62;"));
     }
@@ -687,7 +714,7 @@ async fn a_held_invite_is_not_released_from_a_page_older_than_the_senders_standi
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
-    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    let (csrf, version) = (page.field("csrf"), page.field("version"));
     let release = |id: String, version: String| {
         let (browser, base, csrf) = (browser.clone(), stage.base.clone(), csrf.clone());
         async move {
@@ -721,7 +748,7 @@ async fn a_held_invite_is_not_released_from_a_page_older_than_the_senders_standi
     // From a fresh page the release goes through, and the ban form of the page before it is
     // stale.
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
-    let fresh = hidden(&page, "version");
+    let fresh = page.field("version");
     assert_eq!(
         release(held[0].clone(), fresh.clone()).await,
         StatusCode::SEE_OTHER
@@ -764,17 +791,25 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let row = queue.row("linky").expect("the sender's row");
     assert!(
-        queue.contains("/admin/senders/default/linky") && queue.contains("new-sender-links"),
+        row.exists("a[href=/admin/senders/default/linky]")
+            && row.text().contains("new-sender-links"),
         "{queue}"
     );
+    // The served markup: the parsed text shows the escaped tags as the tags themselves.
+    let source = queue.source();
     assert!(
-        queue.contains("&#60;b&#62;Win&#60;/b&#62;") && !queue.contains("<b>Win"),
+        source.contains("&#60;b&#62;Win&#60;/b&#62;") && !source.contains("<b>Win"),
         "the held text, escaped: {queue}"
     );
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
-    assert!(page.contains("<mark>prize[.]example.com</mark>"), "{page}");
-    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    assert!(
+        page.select("mark")
+            .any(|m| m.text() == "prize[.]example.com"),
+        "{page}"
+    );
+    let (csrf, version) = (page.field("csrf"), page.field("version"));
     let release = browser
         .post(format!(
             "{}/admin/senders/default/linky/invites/{id}",
@@ -804,17 +839,17 @@ async fn a_held_invite_is_reviewed_and_released_on_its_own() {
     assert_eq!(note.status(), StatusCode::SEE_OTHER);
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
     assert!(
-        page.contains("known customer, ok") && page.contains("release_invite"),
+        page.text().contains("known customer, ok") && page.text().contains("release_invite"),
         "{page}"
     );
     // The audit log names the invite the decision was about, linked to it on the sender page.
     let (_, audit) = stage.get(&browser, "/admin/audit?sender=linky").await;
     let anchor = format!("/admin/senders/default/linky#invite-{id}");
-    assert!(audit.contains(&anchor), "{audit}");
-    assert!(page.contains(&format!("id=\"invite-{id}\"")), "{page}");
+    assert!(audit.exists(&format!("a[href={anchor}]")), "{audit}");
+    assert!(page.exists(&format!("[id=invite-{id}]")), "{page}");
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
-        !queue.contains("/admin/senders/default/linky"),
+        !queue.exists("a[href=/admin/senders/default/linky]"),
         "nothing held: off the queue"
     );
 }
@@ -836,9 +871,9 @@ async fn a_release_of_all_held_invites_leaves_those_held_after_the_page_was_load
     stage.log_in(&browser, PASSWORD).await;
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
     let (csrf, version, held) = (
-        hidden(&page, "csrf"),
-        hidden(&page, "version"),
-        hidden(&page, "held"),
+        page.field("csrf"),
+        page.field("version"),
+        page.field("held"),
     );
     assert_eq!(held, "1", "the page shows one held invite");
     // The sender sends another while the reviewer reads.
@@ -870,7 +905,7 @@ async fn a_release_of_all_held_invites_leaves_those_held_after_the_page_was_load
         "nothing released from the stale page"
     );
     let (_, page) = stage.get(&browser, "/admin/senders/default/linky").await;
-    let (version, held) = (hidden(&page, "version"), hidden(&page, "held"));
+    let (version, held) = (page.field("version"), page.field("held"));
     assert_eq!(held, "2");
     assert_eq!(release(version, held).await, StatusCode::SEE_OTHER);
     assert_eq!(
@@ -891,7 +926,7 @@ async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, page) = stage.get(&browser, "/admin/senders/default/noted").await;
-    let (csrf, version) = (hidden(&page, "csrf"), hidden(&page, "version"));
+    let (csrf, version) = (page.field("csrf"), page.field("version"));
     let decide = |version: String, action: &'static str, note: String| {
         let (stage, browser, csrf) = (&stage, browser.clone(), csrf.clone());
         async move {
@@ -920,7 +955,7 @@ async fn a_decisions_note_is_kept_whole_or_the_decision_refused() {
     assert_eq!(kept.as_deref(), Some(why.as_str()), "the note, whole");
 
     let (_, page) = stage.get(&browser, "/admin/senders/default/noted").await;
-    let version = hidden(&page, "version");
+    let version = page.field("version");
     assert_eq!(
         decide(version, "confirm_ban", "д".repeat(501)).await,
         StatusCode::BAD_REQUEST
@@ -967,22 +1002,25 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
+    let row = queue.row("grumbled").expect("the sender's row");
     assert!(
-        queue.contains("/admin/senders/default/grumbled")
-            && queue.contains("sender-complaints-daily"),
+        row.exists("a[href=/admin/senders/default/grumbled]")
+            && row.text().contains("sender-complaints-daily"),
         "{queue}"
     );
     let (_, overview) = stage.get(&browser, "/admin").await;
     assert!(
-        overview.contains(r#"<a href="/admin/queue">1</a>"#),
+        overview
+            .select("a[href=/admin/queue]")
+            .any(|a| a.text() == "1"),
         "{overview}"
     );
 
     // The dismissal form of the sender page as it is now.
     let dismissal = || async {
         let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
-        assert!(page.contains(r#"value="dismiss""#), "{page}");
-        ["csrf", "version", "held"].map(|name| (name, hidden(&page, name)))
+        assert!(page.actions().contains(&"dismiss"), "{page}");
+        ["csrf", "version", "held"].map(|name| (name, page.field(name)))
     };
     let dismiss = |form: [(&'static str, String); 3]| {
         let (stage, browser) = (&stage, &browser);
@@ -1006,12 +1044,12 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
     assert_eq!(dismiss(dismissal().await).await, StatusCode::SEE_OTHER);
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
-        !queue.contains("/admin/senders/default/grumbled"),
+        !queue.exists("a[href=/admin/senders/default/grumbled]"),
         "{queue}"
     );
     assert_eq!(sender_state(&stage.pool, "grumbled").await, "active");
     let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
-    assert!(!page.contains(r#"value="dismiss""#), "decided: {page}");
+    assert!(!page.actions().contains(&"dismiss"), "decided: {page}");
     let dismissed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM audit_log WHERE sender_id = 'grumbled' AND action = 'dismiss'",
     )

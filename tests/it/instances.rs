@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::api::Api;
 use crate::support::app::{Stage, TestDb, api_key, execute, prepared, queued, wait_for};
-use crate::support::dashboard;
 use crate::support::rules;
 use crate::support::serve::ServeProcess;
 use crate::support::smtp::SmtpSink;
+use crate::support::{dashboard, html};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -89,8 +89,8 @@ async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() 
     let saved = admin
         .post(&form_url)
         .form(&[
-            ("csrf", dashboard::hidden(&form, "csrf").as_str()),
-            ("version", dashboard::hidden(&form, "version").as_str()),
+            ("csrf", html::parse(&form).field("csrf").as_str()),
+            ("version", html::parse(&form).field("version").as_str()),
             ("scope", "ip"),
             ("limit", "1"),
             ("window", "3600"),

@@ -1,6 +1,8 @@
-//! The dashboard as a browser-like HTTP client sees it: cookies, the login form, hidden fields.
+//! The dashboard as a browser-like HTTP client sees it: cookies and the login form.
 
 use reqwest::redirect::Policy;
+
+use crate::support::html;
 
 /// Keeps cookies and does not follow redirects (so tests see them).
 pub fn client() -> reqwest::Client {
@@ -21,7 +23,7 @@ pub async fn login_form(client: &reqwest::Client, base: &str) -> String {
         .text()
         .await
         .expect("login page body");
-    hidden(&page, "csrf")
+    html::parse(&page).field("csrf")
 }
 
 /// Opens the login page at `base` and submits it.
@@ -42,11 +44,4 @@ pub async fn log_in(
         .send()
         .await
         .expect("login")
-}
-
-/// The value of the first hidden input named `name` in a page.
-pub fn hidden(html: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = html.find(&marker).map(|i| i + marker.len()).expect(name);
-    html[start..].split('"').next().expect("value").to_owned()
 }

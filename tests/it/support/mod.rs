@@ -4,6 +4,7 @@ pub mod api;
 pub mod app;
 pub mod browser;
 pub mod dashboard;
+pub mod html;
 pub mod proxy;
 pub mod redis_cluster;
 pub mod redis_server;
