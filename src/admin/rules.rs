@@ -16,7 +16,8 @@ use super::layout::Layout;
 use super::senders::sender_path;
 use super::session::{Admin, AdminOnly};
 use crate::limiter::Algorithm;
-use crate::rules::backtest::{self, Backtest, Score};
+use crate::rules::advisor::{self, Score};
+use crate::rules::backtest::{self, Backtest};
 use crate::rules::edit::{self, FieldErrors, RuleInput, SaveError};
 use crate::rules::{Action, Scope, Signal};
 
@@ -165,7 +166,12 @@ fn score_view(s: Score) -> ScoreView {
     }
 }
 
-fn backtest_view(dashboard: &Dashboard, b: Backtest, scope: Scope) -> BacktestView {
+fn backtest_view(
+    dashboard: &Dashboard,
+    b: Backtest,
+    score: Option<Score>,
+    scope: Scope,
+) -> BacktestView {
     let caught = b
         .caught
         .iter()
@@ -180,7 +186,7 @@ fn backtest_view(dashboard: &Dashboard, b: Backtest, scope: Scope) -> BacktestVi
     BacktestView {
         caught,
         caught_count: b.caught_count,
-        score: b.score.map(score_view),
+        score: score.map(score_view),
         invites: b.invites,
         tripped: b.tripped,
         over: b.over,
@@ -362,8 +368,10 @@ async fn submit(
         }
     };
     if form.intent == "backtest" {
-        let result = backtest::backtest(&dashboard.pool, &rule, dashboard.new_sender_days).await?;
-        let b = backtest_view(dashboard, result, rule.scope);
+        let days = dashboard.new_sender_days;
+        let result = backtest::backtest(&dashboard.pool, &rule, days).await?;
+        let score = advisor::score(&dashboard.pool, &rule, days).await?;
+        let b = backtest_view(dashboard, result, score, rule.scope);
         return Ok(page(&admin, id, view, FieldErrors::default(), None, Some(b)).into_response());
     }
     let note = super::decision_note(&form.note)?;

@@ -12,6 +12,7 @@ use crate::http;
 use crate::limiter::{Algorithm, Quota};
 use crate::sender_key::SenderKey;
 
+pub mod advisor;
 pub mod backtest;
 pub mod contribution;
 pub mod edit;

@@ -198,7 +198,7 @@ async fn every_page_query_uses_an_index_on_a_million_invites() {
         ),
         (
             "rule backtest: reviewers' decisions",
-            sendguard::rules::backtest::DECISIONS,
+            sendguard::rules::advisor::DECISIONS,
             vec![],
         ),
         (

@@ -500,10 +500,10 @@ async fn a_backtest_scores_a_rule_against_past_decisions() {
         enabled: true,
     };
     let rule = sendguard::rules::edit::validate(&input).expect("rule");
-    let result = sendguard::rules::backtest::backtest(&pool, &rule, 7)
+    let score = sendguard::rules::advisor::score(&pool, &rule, 7)
         .await
-        .expect("backtest");
-    let score = result.score.expect("a rule on senders is scored");
+        .expect("the advisor's score")
+        .expect("a rule on senders is scored");
     assert_eq!((score.confirmed, score.lifted), (3, 2));
     assert_eq!(score.suggested, Some(8), "above the busiest lifted sender");
     let row = |limit| score.rows.iter().find(|r| r.limit == limit).expect("row");
