@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::app::{Stage, api_key, queued, series, wait_for};
+use crate::support::app::{Stage, api_key, listening, queued, series, wait_for};
 use crate::support::rules;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -17,6 +17,12 @@ async fn metrics_follow_a_scripted_scenario() {
     )
     .await;
     let (pool, sink, app) = (&stage.pool, &stage.sink, &stage.app);
+    // The standings read below are counted from a cache the change listener has emptied once.
+    assert!(
+        listening(&stage.db.name).await,
+        "the change listener connects"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let base = format!("http://{}", app.addr);
     let key = api_key(pool).await;
     let http = reqwest::Client::new();

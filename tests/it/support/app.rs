@@ -273,6 +273,24 @@ pub async fn waiting_in(db: &str, statement: &str, at_least: i64) -> bool {
     .await
 }
 
+/// Waits until an instance on database `db` listens for change notifications. A listener that
+/// connects empties the caches (it cannot know what changed before), so a test that counts
+/// cache misses starts after it.
+pub async fn listening(db: &str) -> bool {
+    wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1
+                 AND query LIKE 'LISTEN%' AND state = 'idle'",
+        )
+        .bind(db)
+        .fetch_one(&mut admin().await)
+        .await
+        .expect("pg_stat_activity")
+            > 0
+    })
+    .await
+}
+
 /// A transaction holding `idempotency_keys` in share mode: reads go on, and every batch
 /// statement (which writes to it) waits, after its invites were checked, until it ends.
 pub async fn hold_batch_statements(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
