@@ -130,6 +130,31 @@ pub(super) async fn queue(
     })
 }
 
+/// The step before a bulk "confirm ban": the senders named, the consequence said.
+#[derive(Template, WebTemplate)]
+#[template(path = "admin/confirm_bulk.html")]
+pub(super) struct BulkConfirmPage {
+    layout: Layout,
+    /// (name, page, the form's value for it)
+    senders: Vec<(String, String, String)>,
+    note: String,
+}
+
+/// A selected row, `<version>:<app id>:<id>`.
+fn parse_pick(pick: &str) -> Result<(i64, SenderKey), AdminError> {
+    let mut parts = pick.splitn(3, ':');
+    let parsed = (|| {
+        Some((
+            parts.next()?.parse::<i64>().ok()?,
+            parts.next()?.parse::<i64>().ok()?,
+            parts.next()?,
+        ))
+    })();
+    let (version, app_id, id) =
+        parsed.ok_or_else(|| AdminError::BadForm("a selected row was malformed".into()))?;
+    Ok((version, SenderKey::new(app_id, id)))
+}
+
 /// Bulk "confirm ban": the form repeats `sender=<version>:<app id>:<id>` once per selected row.
 pub(super) async fn confirm_selected(
     State(dashboard): State<Dashboard>,
@@ -139,37 +164,56 @@ pub(super) async fn confirm_selected(
     let mut csrf = String::new();
     let mut note = String::new();
     let mut picked = Vec::new();
+    let mut confirmed_form = false;
     for (name, value) in form_urlencoded::parse(&body) {
         match name.as_ref() {
             "csrf" => csrf = value.into_owned(),
             "note" => note = value.into_owned(),
             "sender" => picked.push(value.into_owned()),
+            "confirmed" => confirmed_form = value == "yes",
             _ => {}
         }
     }
     admin.check_csrf(&csrf)?;
-    let note = super::decision_note(&note)?;
+    let checked_note = super::decision_note(&note)?;
     // One page of the queue at most: each is a transaction of its own, in this request.
     if picked.len() > PAGE as usize {
         return Err(AdminError::BadForm(format!(
             "at most {PAGE} senders at once, a page of the queue"
         )));
     }
+    let picks = picked
+        .iter()
+        .map(|pick| parse_pick(pick))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Bans discard the held invites for good: a page of its own names the senders first.
+    if !confirmed_form {
+        let senders = picks
+            .iter()
+            .zip(&picked)
+            .map(|((_, sender), pick)| {
+                let app = dashboard
+                    .apps
+                    .get(sender.app_id)
+                    .map_or_else(|| sender.app_id.to_string(), |a| a.name.clone());
+                let path = sender_path(&app, &sender.id);
+                (format!("{} of {app}", sender.id), path, pick.clone())
+            })
+            .collect();
+        return Ok(BulkConfirmPage {
+            layout: admin.layout(),
+            senders,
+            note,
+        }
+        .into_response());
+    }
+    let note = checked_note;
     let mut confirmed = 0;
     let mut changed = 0;
-    for pick in &picked {
-        let mut parts = pick.splitn(3, ':');
-        let (version, app_id, id) = (|| {
-            Some((
-                parts.next()?.parse::<i64>().ok()?,
-                parts.next()?.parse::<i64>().ok()?,
-                parts.next()?,
-            ))
-        })()
-        .ok_or_else(|| AdminError::BadForm("a selected row was malformed".into()))?;
-        let sender = SenderKey::new(app_id, id);
+    for (version, sender) in &picks {
+        let version = *version;
         let review = Review {
-            sender: &sender,
+            sender,
             action: ReviewAction::ConfirmBan,
             seen_version: version,
             // A ban releases nothing.

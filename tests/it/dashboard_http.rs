@@ -467,13 +467,28 @@ async fn bulk_confirm_from_the_queue_holds_later_invites() {
         picks[0].replace(':', "%3A"),
         picks[1].replace(':', "%3A")
     );
-    let resp = browser
-        .post(format!("{}/admin/queue/confirm", stage.base))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(body)
-        .send()
+    let post = |body: String| {
+        browser
+            .post(format!("{}/admin/queue/confirm", stage.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    // Bans discard held invites for good: the first post names the senders and asks.
+    let asked = post(body.clone()).await.expect("post");
+    assert_eq!(asked.status(), StatusCode::OK);
+    let asked = html::parse(&asked.text().await.expect("body"));
+    assert!(
+        asked.text().contains("Confirm the ban of 2 senders"),
+        "{asked}"
+    );
+    assert_eq!(asked.field("confirmed"), "yes");
+    let banned: i64 = sqlx::query_scalar("SELECT count(*) FROM senders WHERE state = 'banned'")
+        .fetch_one(&stage.pool)
         .await
-        .expect("post");
+        .expect("count");
+    assert_eq!(banned, 0, "nothing decided before the confirmation");
+    let resp = post(format!("{body}&confirmed=yes")).await.expect("post");
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     let banned: i64 = sqlx::query_scalar("SELECT count(*) FROM senders WHERE state = 'banned'")
         .fetch_one(&stage.pool)
