@@ -5,6 +5,7 @@
 pub mod accounts;
 mod apps;
 mod audit;
+mod decide;
 mod error;
 mod format;
 mod held;
@@ -100,7 +101,7 @@ where
         .route("/admin/senders/{app}/{id}", get(senders::sender_page))
         .route(
             "/admin/senders/{app}/{id}/review",
-            post(senders::review_sender),
+            post(decide::review_sender),
         )
         .route(
             "/admin/senders/{app}/{id}/invites/{invite}",

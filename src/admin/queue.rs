@@ -222,7 +222,7 @@ pub(super) async fn confirm_selected(
             admin_id: Some(admin.0.admin_id),
             note,
         };
-        match super::senders::apply(&dashboard, &review).await {
+        match super::decide::apply(&dashboard, &review).await {
             Ok(_) => confirmed += 1,
             Err(ReviewError::Stale { .. } | ReviewError::NotFound(_)) => changed += 1,
             Err(e) => return Err(e.into()),

@@ -1,6 +1,7 @@
 //! Sender states and flags: what moderation reads and writes (the audit log is [`crate::audit`]).
 
 pub mod review;
+mod review_action;
 pub mod senders;
 
 use std::time::Duration;
