@@ -375,6 +375,7 @@ async fn links_forms_and_notices_cannot_be_forged_through_ids() {
         .await
         .expect("post");
     assert_eq!(forged.status(), StatusCode::BAD_REQUEST);
+    crate::support::app::flags_done(&stage.pool).await;
     let states: Vec<String> = sqlx::query_scalar("SELECT state FROM senders ORDER BY id")
         .fetch_all(&stage.pool)
         .await

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key, create_app, wait_for};
+use crate::support::app::{Stage, api_key, app_key, create_app, flags_done, wait_for};
 use crate::support::rules;
 use crate::support::smtp::Received;
 use sendguard::apps::AppChanges;
@@ -87,6 +87,7 @@ async fn two_apps_sharing_a_sender_id_are_two_senders() {
     for n in 0..3 {
         draw.accepted("u_123", &format!("d{n}@example.com")).await;
     }
+    flags_done(&stage.pool).await;
     let states: Vec<(String, String)> = sqlx::query_as(
         "SELECT a.name, s.state FROM senders s JOIN apps a ON a.id = s.app_id
          WHERE s.id = 'u_123' ORDER BY a.name",

@@ -384,7 +384,7 @@ async fn the_queue_shows_the_invite_that_tripped_the_rule() {
                                       "recipient": format!("t{n}@example.com")});
         assert_eq!(stage.api.send(body).await.0, StatusCode::OK);
     }
-    crate::follow_ups::flags_done(&stage.pool).await;
+    app::flags_done(&stage.pool).await;
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
     let (_, queue) = stage.get(&browser, "/admin/queue").await;

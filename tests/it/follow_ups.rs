@@ -20,15 +20,6 @@ async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
 }
 
-/// Waits (up to 10 s) until the flags left by written invites are done.
-pub async fn flags_done(pool: &PgPool) {
-    let done = wait_for(Duration::from_secs(10), || async {
-        count(pool, "SELECT count(*) FROM pending_flags").await == 0
-    })
-    .await;
-    assert!(done, "the flags' follow-ups are done");
-}
-
 /// Rows of the three tables a flag writes to, about `sender`.
 async fn records(pool: &PgPool, sender: &str) -> (i64, i64, i64) {
     let q = format!(

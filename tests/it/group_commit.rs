@@ -10,11 +10,10 @@ use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
-use crate::follow_ups::flags_done;
 use crate::support::api::Api;
 use crate::support::app::{
-    Stage, admin, api_key, connections_down_to, hold_batch_statements, hold_senders, orphans,
-    wait_for, waiting_on_locks,
+    Stage, admin, api_key, connections_down_to, flags_done, hold_batch_statements, hold_senders,
+    orphans, wait_for, waiting_on_locks,
 };
 
 /// Transactions committed in `db` so far, read from another database so the reading itself is

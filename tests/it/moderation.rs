@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use crate::follow_ups::flags_done;
 use crate::support::api::Api;
-use crate::support::app::{self as app, api_key, orphans, queued, sender_state, wait_for};
+use crate::support::app::{
+    self as app, api_key, flags_done, orphans, queued, sender_state, wait_for,
+};
 use crate::support::rules::{self, RuleEntry};
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
@@ -287,6 +288,7 @@ async fn an_invite_counted_before_a_lift_does_not_flag_the_sender_again() {
         .expect("lift");
     lock.rollback().await.expect("release");
     late.await.expect("late invite");
+    flags_done(&stage.pool).await;
     let (state, repeat): (String, bool) =
         sqlx::query_as("SELECT state, repeat_offender FROM senders WHERE id = 'inflight'")
             .fetch_one(&stage.pool)

@@ -8,9 +8,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use crate::follow_ups::flags_done;
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, app_key, execute, sender_state, wait_for};
+use crate::support::app::{Stage, api_key, app_key, execute, flags_done, sender_state, wait_for};
 use crate::support::rules;
 use crate::support::smtp::SmtpSink;
 

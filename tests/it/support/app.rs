@@ -365,8 +365,24 @@ pub async fn queued(pool: &PgPool) -> i64 {
         .expect("count queued")
 }
 
-/// The state of sender `id` (of any app; tests use one id per sender).
+/// Waits (up to 10 s) until the flags left by written invites are done: a tripping invite is
+/// answered before its flag, the sender's new state and its audit entry are written.
+pub async fn flags_done(pool: &PgPool) {
+    let done = wait_for(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pending_flags")
+            .fetch_one(pool)
+            .await
+            .expect("pending flags")
+            == 0
+    })
+    .await;
+    assert!(done, "the flags' follow-ups are done");
+}
+
+/// The state of sender `id` (of any app; tests use one id per sender), once the flags of the
+/// invites written so far are done.
 pub async fn sender_state(pool: &PgPool, id: &str) -> String {
+    flags_done(pool).await;
     sqlx::query_scalar("SELECT state FROM senders WHERE id = $1")
         .bind(id)
         .fetch_one(pool)
@@ -463,6 +479,7 @@ impl Stage {
     /// Waits until the outbox has nothing left to send, and a little longer so a late extra
     /// message would still be seen; returns how many messages the sink holds.
     pub async fn settle(&self) -> usize {
+        flags_done(&self.pool).await;
         wait_for(Duration::from_secs(15), || async {
             queued(&self.pool).await == 0
         })
