@@ -20,6 +20,7 @@ use crate::rules::advisor::{self, Score};
 use crate::rules::backtest::{self, Backtest};
 use crate::rules::edit::{self, FieldErrors, RuleInput, SaveError};
 use crate::rules::{Action, Scope, Signal};
+use crate::sender_key::SenderKey;
 
 pub(super) struct RuleRow {
     id: i64,
@@ -129,6 +130,17 @@ pub(super) struct ScoreView {
     lifted: usize,
     suggested: Option<u64>,
     rows: Vec<ScoreRowView>,
+    /// The reviewed senders the proposed limit catches: (name, page, confirmed).
+    caught: Vec<(String, String, bool)>,
+}
+
+/// A sender's name with its app, and its page.
+fn sender_link(dashboard: &Dashboard, sender: &SenderKey) -> Option<(String, String)> {
+    let app = dashboard.apps.get(sender.app_id)?;
+    Some((
+        format!("{} ({})", sender.id, app.name),
+        sender_path(&app.name, &sender.id),
+    ))
 }
 
 pub(super) struct ScoreRowView {
@@ -141,7 +153,7 @@ pub(super) struct ScoreRowView {
     suggested: bool,
 }
 
-fn score_view(s: Score) -> ScoreView {
+fn score_view(dashboard: &Dashboard, s: Score) -> ScoreView {
     let rows = s
         .rows
         .iter()
@@ -159,6 +171,13 @@ fn score_view(s: Score) -> ScoreView {
         })
         .collect();
     ScoreView {
+        caught: s
+            .caught
+            .iter()
+            .filter_map(|(sender, confirmed)| {
+                sender_link(dashboard, sender).map(|(name, path)| (name, path, *confirmed))
+            })
+            .collect(),
         confirmed: s.confirmed,
         lifted: s.lifted,
         suggested: s.suggested,
@@ -175,18 +194,12 @@ fn backtest_view(
     let caught = b
         .caught
         .iter()
-        .filter_map(|s| {
-            let app = dashboard.apps.get(s.app_id)?;
-            Some((
-                format!("{} ({})", s.id, app.name),
-                sender_path(&app.name, &s.id),
-            ))
-        })
+        .filter_map(|s| sender_link(dashboard, s))
         .collect();
     BacktestView {
         caught,
         caught_count: b.caught_count,
-        score: score.map(score_view),
+        score: score.map(|s| score_view(dashboard, s)),
         invites: b.invites,
         tripped: b.tripped,
         over: b.over,

@@ -31,6 +31,9 @@ pub struct Score {
     pub suggested: Option<u64>,
     /// Limits and what each catches, ascending.
     pub rows: Vec<ScoreRow>,
+    /// The reviewed senders the proposed limit catches, each with whether its ban was
+    /// confirmed (a lifted one caught is a mistake the rule would make).
+    pub caught: Vec<(SenderKey, bool)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +165,7 @@ pub async fn score(
         by_sender.entry(sender).or_default().push(r);
     }
     // Per reviewed sender: confirmed or not, and its count at each of its invites.
-    let series: Vec<(bool, Vec<Option<u64>>)> = latest
+    let reviewed: Vec<(&SenderKey, bool, Vec<Option<u64>>)> = latest
         .iter()
         .map(|(sender, &confirmed)| {
             let theirs = by_sender.get(sender).map_or(&[][..], Vec::as_slice);
@@ -171,10 +174,23 @@ pub async fn score(
                 .filter(|(app, id, _)| *app == sender.app_id && *id == sender.id)
                 .map(|(_, _, at)| *at)
                 .collect();
-            (confirmed, counts_at_invites(rule, theirs, &times))
+            (sender, confirmed, counts_at_invites(rule, theirs, &times))
         })
         .collect();
-    Ok(Some(score_series(&series, rule.quota.limit)))
+    let series: Vec<(bool, Vec<Option<u64>>)> = reviewed
+        .iter()
+        .map(|(_, confirmed, counts)| (*confirmed, counts.clone()))
+        .collect();
+    let mut score = score_series(&series, rule.quota.limit);
+    // The reviewed senders the rule as proposed would catch, confirmed ones first.
+    let mut caught: Vec<(SenderKey, bool)> = reviewed
+        .into_iter()
+        .filter(|(_, _, counts)| counts.iter().flatten().any(|&n| n > rule.quota.limit))
+        .map(|(sender, confirmed, _)| (sender.clone(), confirmed))
+        .collect();
+    caught.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+    score.caught = caught;
+    Ok(Some(score))
 }
 
 /// The score of each limit, given each reviewed sender's counts at its invites.
@@ -228,6 +244,8 @@ pub fn score_series(series: &[(bool, Vec<Option<u64>>)], proposed: u64) -> Score
         lifted: lifted.len(),
         suggested,
         rows,
+        // Named by the caller, which knows who each series is.
+        caught: Vec::new(),
     }
 }
 

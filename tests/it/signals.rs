@@ -519,6 +519,27 @@ async fn a_backtest_scores_a_rule_against_past_decisions() {
         2,
         "a tighter one catches the lifted too"
     );
+    assert!(score.caught.is_empty(), "the proposed limit names nobody");
+
+    // Proposed at 6, it names whom it catches: the three confirmed, and l1, a lifted one.
+    let tight = sendguard::rules::edit::validate(&sendguard::rules::edit::RuleInput {
+        limit: "6".into(),
+        ..input
+    })
+    .expect("rule");
+    let score = sendguard::rules::advisor::score(&pool, &tight, 7)
+        .await
+        .expect("the advisor's score")
+        .expect("a rule on senders is scored");
+    let caught: Vec<(&str, bool)> = score
+        .caught
+        .iter()
+        .map(|(sender, confirmed)| (sender.id.as_str(), *confirmed))
+        .collect();
+    assert_eq!(
+        caught,
+        [("c1", true), ("c2", true), ("c3", true), ("l1", false)]
+    );
 }
 
 /// A rule whose Redis keys would be another's is refused, created or edited: a key ends in a
