@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api_keys::ApiKeyCache;
 use crate::apps::AppCache;
+use crate::campaigns::known::KnownTexts;
 use crate::moderation::SenderStates;
 use crate::rules::RuleCache;
 use crate::sender_key::SenderKey;
@@ -20,6 +21,7 @@ const RULES: &str = "sendguard_rules";
 const SENDERS: &str = "sendguard_senders";
 const API_KEYS: &str = "sendguard_api_keys";
 const APPS: &str = "sendguard_apps";
+use crate::campaigns::CHANGED as CAMPAIGNS;
 
 enum Event {
     Notified(PgNotification),
@@ -35,6 +37,8 @@ pub struct Watched {
     pub senders: SenderStates,
     pub api_keys: ApiKeyCache,
     pub apps: AppCache,
+    /// Standard texts and benign marks.
+    pub known: KnownTexts,
 }
 
 impl Watched {
@@ -61,6 +65,7 @@ impl Watched {
                 self.forget_cached_rows();
                 self.rules.reload(pool).await;
                 self.apps.reload(pool).await;
+                self.known.reload(pool).await;
             }
             let wait = next_reload.saturating_duration_since(tokio::time::Instant::now());
             let event = match listener.as_mut() {
@@ -84,7 +89,11 @@ impl Watched {
                         None => self.senders.clear(),
                     },
                     API_KEYS => self.api_keys.clear(),
-                    APPS => self.apps.reload(pool).await,
+                    APPS => {
+                        self.apps.reload(pool).await;
+                        self.known.reload(pool).await;
+                    }
+                    CAMPAIGNS => self.known.reload(pool).await,
                     _ => {}
                 },
                 Event::Lost => {
@@ -99,6 +108,7 @@ impl Watched {
                 Event::Tick => {
                     self.rules.reload(pool).await;
                     self.apps.reload(pool).await;
+                    self.known.reload(pool).await;
                     next_reload = tokio::time::Instant::now() + Duration::from_secs(1);
                 }
             }
@@ -114,7 +124,10 @@ async fn listen(pool: &PgPool) -> Option<PgListener> {
             return None;
         }
     };
-    match listener.listen_all([RULES, SENDERS, API_KEYS, APPS]).await {
+    match listener
+        .listen_all([RULES, SENDERS, API_KEYS, APPS, CAMPAIGNS])
+        .await
+    {
         Ok(()) => Some(listener),
         Err(e) => {
             tracing::warn!(error = %e, "LISTEN failed; polling rules only");

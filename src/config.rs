@@ -210,6 +210,11 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_NEW_SENDER_DAYS", default_value_t = 7)]
     pub new_sender_days: i64,
 
+    /// Seconds a queued invite of a sender who is not trusted waits before it is sent, so that
+    /// a campaign detected meanwhile holds it (docs/DESIGN.md §3d). 0 sends at once.
+    #[arg(long, env = "SENDGUARD_SETTLE_SECS", default_value_t = 0)]
+    pub settle_secs: u64,
+
     /// Confirm the ban of a repeat offender (banned again within 30 days of a lift) without
     /// waiting for review.
     #[arg(long, env = "SENDGUARD_REPEAT_AUTO_CONFIRM", default_value_t = false)]

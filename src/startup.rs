@@ -13,6 +13,9 @@ use crate::admin::accounts::Passwords;
 use crate::admin::{self, Dashboard};
 use crate::api_keys::ApiKeyCache;
 use crate::apps::AppCache;
+use crate::campaigns::Campaigns;
+use crate::campaigns::groups::Groups;
+use crate::campaigns::known::KnownTexts;
 use crate::changes;
 use crate::config::Config;
 use crate::db::{self, DbError};
@@ -153,7 +156,13 @@ impl Services {
             },
             secrets,
         )?;
+        let campaigns = Campaigns {
+            groups: Groups::new(&limiter, &keys),
+            known: KnownTexts::load(&pool).await.map_err(DbError::from)?,
+        };
         let invites = InviteService {
+            campaigns: campaigns.clone(),
+            settle: Duration::from_secs(cfg.settle_secs),
             metrics: metrics.clone(),
             pool: pool.clone(),
             writer: Writer::start(
@@ -313,10 +322,12 @@ pub async fn launch(
     tasks.spawn(outbox.run(stop.clone()));
     tasks.spawn(webhooks.run(stop.clone()));
     tasks.spawn(invites.follow_ups.clone().run(stop.clone()));
+    let known = invites.campaigns.known.clone();
     tasks.spawn(invites.watch_deferred(stop.clone()));
     tasks.spawn(outcomes.watch_uncounted(stop.clone()));
     tasks.spawn(
         changes::Watched {
+            known: known.clone(),
             rules,
             senders,
             api_keys,

@@ -209,6 +209,8 @@ fn backtest_view(
             Scope::Recipient => "recipients",
             Scope::RecipientDomain => "recipient domains",
             Scope::Global => "global counters",
+            Scope::Fingerprint => "texts",
+            Scope::LinkDomain => "linked domains",
         },
         truncated: b.truncated,
     }

@@ -56,12 +56,25 @@ impl InviteService {
             let d = answers.verdict(state);
             let mut decision = d.decision;
             decision.deferred = true;
-            let kept =
-                store::settle_deferred(&mut tx, row, d.status, &decision, self.held_cap).await?;
+            let kept = store::settle_deferred(
+                &mut tx,
+                row,
+                d.status,
+                &decision,
+                &answers.campaign_keys,
+                self.held_cap,
+            )
+            .await?;
             if let Some(b) = &d.breach {
-                let flagged =
-                    store::flag(&mut tx, sender, b, Some(row.id), self.confirm_repeat, kept)
-                        .await?;
+                let flagged = super::follow_up::flag_breach(
+                    &mut tx,
+                    sender,
+                    b,
+                    row.id,
+                    self.confirm_repeat,
+                    kept,
+                )
+                .await?;
                 if let Some(flagged) = flagged {
                     // The sender's next invites in this batch are held as the flag says.
                     states.insert(sender.clone(), flagged);

@@ -18,7 +18,10 @@ use uuid::Uuid;
 
 use super::policy::Breach;
 use super::store;
+use crate::campaigns;
+use crate::moderation::SenderState;
 use crate::sender_key::SenderKey;
+use crate::webhooks::{self, EventType};
 
 /// Follow-ups done per transaction.
 const BATCH: i64 = 100;
@@ -33,6 +36,7 @@ pub fn record(breach: &Breach) -> Value {
         "observed": breach.observed,
         "limit": breach.limit,
         "window_secs": breach.window_secs,
+        "campaign": breach.campaign,
     })
 }
 
@@ -47,7 +51,114 @@ fn breach(record: &Value) -> Option<Breach> {
         observed: record["observed"].as_u64()?,
         limit: record["limit"].as_u64()?,
         window_secs: record["window_secs"].as_u64()?,
+        campaign: record["campaign"].as_str().map(str::to_owned),
     })
+}
+
+/// Flags the sender of a breach by invite `invite_id`. A campaign's breach also records the
+/// campaign, holds its invites still waiting in the queue (docs/DESIGN.md §3d: with a settle
+/// time, the first recipients never see it) and flags their senders, and tells each app with
+/// senders in it, once. Answers the sender's new state, if it changed.
+pub async fn flag_breach(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sender: &SenderKey,
+    breach: &Breach,
+    invite_id: Uuid,
+    confirm_repeat: bool,
+    stored: bool,
+) -> Result<Option<SenderState>, sqlx::Error> {
+    let Some(subject) = &breach.campaign else {
+        return store::flag(
+            tx,
+            sender,
+            breach,
+            Some(invite_id),
+            None,
+            confirm_repeat,
+            stored,
+        )
+        .await;
+    };
+    let (campaign, _) = campaigns::store::detect(tx, subject, &breach.rule_name, invite_id).await?;
+    let flagged = store::flag(
+        tx,
+        sender,
+        breach,
+        Some(invite_id),
+        Some(campaign),
+        confirm_repeat,
+        stored,
+    )
+    .await?;
+    // Their senders are locked in key order first, as every writer locks them.
+    let waiting = campaigns::store::queued_senders(tx, subject).await?;
+    store::lock_senders(tx, &waiting).await?;
+    for swept in campaigns::store::sweep(tx, subject, campaign).await? {
+        let of = SenderKey::new(swept.app_id, swept.sender_id.as_str());
+        store::flag(
+            tx,
+            &of,
+            breach,
+            Some(swept.id),
+            Some(campaign),
+            confirm_repeat,
+            true,
+        )
+        .await?;
+    }
+    // A page open on the campaign now shows less than there is.
+    sqlx::query("UPDATE campaigns SET version = version + 1 WHERE id = $1")
+        .bind(campaign)
+        .execute(&mut **tx)
+        .await?;
+    tell_apps(tx, campaign).await?;
+    Ok(flagged)
+}
+
+/// `campaign.detected` to each app with senders flagged in the campaign that was not told yet,
+/// naming that app's senders only.
+async fn tell_apps(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    campaign: i64,
+) -> Result<(), sqlx::Error> {
+    let untold = campaigns::store::untold_apps(tx, campaign).await?;
+    if untold.is_empty() {
+        return Ok(());
+    }
+    let (kind, sample): (String, Option<String>) = sqlx::query_as(
+        "SELECT kind, CASE WHEN kind = 'link_domain' THEN normalised ELSE sample END
+         FROM campaigns WHERE id = $1",
+    )
+    .bind(campaign)
+    .fetch_one(&mut **tx)
+    .await?;
+    for (app_id, senders) in untold {
+        let app: Option<String> =
+            sqlx::query_scalar("SELECT name FROM apps WHERE id = $1 AND webhook_url IS NOT NULL")
+                .bind(app_id)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let Some(app) = app else { continue };
+        let data = json!({
+            "campaign_id": campaign,
+            "kind": kind,
+            "sample": sample,
+            "senders": senders,
+        });
+        let Value::Object(fields) = data else {
+            continue;
+        };
+        webhooks::enqueue(
+            tx,
+            app_id,
+            &app,
+            EventType::CampaignDetected,
+            chrono::Utc::now(),
+            fields,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 #[derive(sqlx::FromRow)]
@@ -126,11 +237,11 @@ impl FollowUps {
                 }
                 Some(b) => {
                     let stored = !p.over_cap;
-                    store::flag(
+                    flag_breach(
                         &mut tx,
                         sender,
                         &b,
-                        Some(p.invite_id),
+                        p.invite_id,
                         self.confirm_repeat,
                         stored,
                     )

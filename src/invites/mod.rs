@@ -22,6 +22,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::apps::App;
+use crate::campaigns::{self, Campaigns};
 use crate::coalesce::BatchError;
 use crate::config::RedisPolicy;
 use crate::incident::Incident;
@@ -89,6 +90,11 @@ pub struct InviteService {
     pub keys: KeyPrefix,
     /// Keys what distinct counts count.
     pub members: signals::MemberKey,
+    /// What an invite's text counts under for the campaign rules.
+    pub campaigns: Campaigns,
+    /// How long a queued invite of a sender who is not trusted waits before it is sent, so a
+    /// campaign detected meanwhile can still hold it (docs/DESIGN.md §3d).
+    pub settle: std::time::Duration,
     pub held_cap: i64,
     pub on_redis_error: RedisPolicy,
     /// Days a sender counts as new for `new_senders_only` rules.
@@ -113,6 +119,8 @@ struct Facts {
 /// at the time of the write.
 struct Answers {
     checked: Vec<Checked>,
+    /// The campaign subjects the invite counted under.
+    campaign_keys: Vec<String>,
     /// The banned sender this one is linked to, when the invite carries links.
     linked_to: Option<String>,
 }
@@ -165,7 +173,7 @@ impl InviteService {
         // The rules count an invite once. When the sender's state turns out to have changed
         // since this instance cached it, the verdict is derived again from the same answers,
         // unless a lift came between.
-        let mut answers: Option<Result<Vec<Checked>, LimiterError>> = None;
+        let mut answers: Option<Result<Counted, LimiterError>> = None;
         for _ in 0..STATE_RETRIES {
             let state = standing.state;
             let decided = if state == SenderState::Trusted {
@@ -180,7 +188,7 @@ impl InviteService {
                     },
                 };
                 let decided = match &checked {
-                    Ok(c) => policy::verdict(c, state, linked_to.as_deref()),
+                    Ok(c) => policy::verdict(&c.checked, state, linked_to.as_deref()),
                     Err(e) => self.without_redis(e, state, linked_to.as_deref())?,
                 };
                 answers = Some(checked);
@@ -207,7 +215,17 @@ impl InviteService {
                     state == SenderState::Active && status == Status::Queued,
                 )),
             };
+            let campaign_keys = match &answers {
+                Some(Ok(counted)) => counted.campaign_keys.clone(),
+                _ => Vec::new(),
+            };
             let new = NewInvite {
+                campaign_keys,
+                settle: if state == SenderState::Trusted {
+                    std::time::Duration::ZERO
+                } else {
+                    self.settle
+                },
                 id,
                 api_key_id: sub.api_key_id,
                 sender: sender.clone(),
@@ -314,8 +332,12 @@ impl InviteService {
         let linked_to = self
             .linked_to(sender, standing, address.as_deref(), facts)
             .await?;
-        let checked = self.check_rules(invite, sender, at_ms, facts).await?;
-        Ok(Answers { checked, linked_to })
+        let counted = self.check_rules(invite, sender, at_ms, facts).await?;
+        Ok(Answers {
+            checked: counted.checked,
+            campaign_keys: counted.campaign_keys,
+            linked_to,
+        })
     }
 
     /// The banned sender this one is linked to, when it matters: the invite has links. A sender
@@ -361,23 +383,39 @@ impl InviteService {
         sender: &SenderKey,
         at_ms: Option<u64>,
         facts: Facts,
-    ) -> Result<Vec<Checked>, InviteError> {
+    ) -> Result<Counted, InviteError> {
+        let rules = self.rules.enabled();
+        let wanted = crate::rules::wanted(&rules);
+        let campaign_keys = if wanted.any() {
+            let texts = campaigns::Texts {
+                message: invite.message.as_deref(),
+                sender_name: invite.sender_name.as_deref(),
+                resource: invite.resource.as_deref(),
+            };
+            match self.campaigns.subjects(sender.app_id, texts, wanted).await {
+                Ok(keys) => keys,
+                Err(e) => {
+                    self.metrics.dependency_error(DependencyError::Redis);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            Vec::new()
+        };
         let seen = InviteFacts {
             of: Subjects {
                 sender,
                 sender_ip: invite.sender_ip,
                 recipient: &invite.recipient,
                 recipient_domain: &invite.recipient_domain,
+                campaign: &campaign_keys,
             },
             has_links: facts.has_links,
             new_sender: facts.new_sender,
         };
-        let planned: Vec<Planned> = self
-            .rules
-            .enabled()
-            .into_iter()
-            .filter_map(|rule| {
-                let adds = rule.counting().of(&seen, &self.members)?;
+        let mut planned: Vec<Planned> = Vec::new();
+        for rule in rules {
+            for adds in rule.counting().of(&seen, &self.members) {
                 // Global invite counts are kept in process (see `global`) unless the invite
                 // is a replay.
                 let local = rule.scope == Scope::Global
@@ -385,15 +423,16 @@ impl InviteService {
                     && at_ms.is_none()
                     && self.global.is_some();
                 let key = self.keys.key(&adds.subject, &rule.name, &rule.quota);
-                Some(Planned {
-                    rule,
+                planned.push(Planned {
+                    rule: rule.clone(),
+                    subject: adds.subject,
                     key,
                     cost: adds.cost,
                     member: adds.member,
                     local,
-                })
-            })
-            .collect();
+                });
+            }
+        }
         let checks: Vec<Check<'_>> = planned
             .iter()
             .filter(|p| !p.local)
@@ -424,6 +463,7 @@ impl InviteService {
             }
             checked.push(Checked {
                 rule: p.rule,
+                subject: p.subject,
                 decision,
             });
         }
@@ -433,13 +473,23 @@ impl InviteService {
             self.metrics
                 .decision(&c.rule.name, c.rule.action.as_str(), c.decision.allowed);
         }
-        Ok(checked)
+        Ok(Counted {
+            checked,
+            campaign_keys,
+        })
     }
+}
+
+/// The rules' answers on one invite, and the campaign subjects it counted under.
+struct Counted {
+    checked: Vec<Checked>,
+    campaign_keys: Vec<String>,
 }
 
 /// One rule an invite is checked against: its key and what the invite adds to it.
 struct Planned {
     rule: Arc<Rule>,
+    subject: String,
     key: LimitKey,
     cost: u64,
     member: Option<u32>,

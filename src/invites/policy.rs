@@ -34,6 +34,8 @@ impl Status {
 #[derive(Debug, Clone)]
 pub struct Checked {
     pub rule: Arc<Rule>,
+    /// The subject the rule counted the invite under.
+    pub subject: String,
     pub decision: Decision,
 }
 
@@ -59,6 +61,9 @@ pub struct Breach {
     pub observed: u64,
     pub limit: u64,
     pub window_secs: u64,
+    /// The campaign subject a rule of a campaign scope counted (`fingerprint:…`,
+    /// `link_domain:…`): its follow-up records the campaign and sweeps its queued invites.
+    pub campaign: Option<String>,
 }
 
 /// The name a flag carries for links from a sender linked to a banned one.
@@ -74,6 +79,7 @@ impl Breach {
             observed: c.decision.count,
             limit: c.rule.quota.limit,
             window_secs: c.rule.quota.window_ms / 1000,
+            campaign: c.rule.scope.is_campaign().then(|| c.subject.clone()),
         }
     }
 
@@ -86,6 +92,7 @@ impl Breach {
             observed: 1,
             limit: 0,
             window_secs: 30 * 86_400,
+            campaign: None,
         }
     }
 }
@@ -263,6 +270,7 @@ mod tests {
         let allowed = count <= limit;
         Checked {
             rule: Arc::new(rule(name, action, limit)),
+            subject: "sender:1:u_1".into(),
             decision: Decision {
                 allowed,
                 count,

@@ -139,7 +139,11 @@ async fn commit(
     // can be handed over.
     let slots: Vec<Option<Slot>> = rows
         .iter()
-        .map(|row| (row.new.status == Status::Queued).then(|| outbox.reserve())?)
+        .map(|row| {
+            // A settling invite waits in the table: the sweep of a campaign may still hold it.
+            let now = row.new.status == Status::Queued && row.new.settle.is_zero();
+            now.then(|| outbox.reserve())?
+        })
         .collect();
     let claim = Claim {
         worker_id: outbox.worker_id(),

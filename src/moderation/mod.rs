@@ -1,5 +1,6 @@
 //! Sender states and flags: what moderation reads and writes (the audit log is [`crate::audit`]).
 
+pub mod campaign;
 pub mod review;
 mod review_action;
 pub mod senders;
@@ -252,6 +253,8 @@ pub struct Flag<'a> {
     pub window_secs: i64,
     /// The invite a `hold` kept for review.
     pub invite_id: Option<Uuid>,
+    /// The campaign the breach belongs to.
+    pub campaign_id: Option<i64>,
 }
 
 /// How long a lift is remembered: a sender banned again by a rule within it is a repeat
@@ -269,8 +272,8 @@ async fn record_flag(
 ) -> Result<bool, sqlx::Error> {
     let new: bool = sqlx::query_scalar(
         "INSERT INTO flags (app_id, sender_id, rule_id, rule_name, signal, action, observed,
-             limit_count, window_secs, invite_id, repeat)
-         VALUES ($11, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             limit_count, window_secs, invite_id, repeat, campaign_id)
+         VALUES ($11, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12)
          ON CONFLICT (app_id, sender_id, rule_name) WHERE action = 'hold' AND closed_at IS NULL
          DO UPDATE SET count = flags.count + 1, last_seen_at = now(),
              observed = GREATEST(flags.observed, EXCLUDED.observed)
@@ -287,6 +290,7 @@ async fn record_flag(
     .bind(flag.invite_id)
     .bind(repeat)
     .bind(flag.sender.app_id)
+    .bind(flag.campaign_id)
     .fetch_one(&mut **tx)
     .await?;
     if !new {

@@ -246,8 +246,13 @@ async fn clear_counters(
                 .filter_map(|ip| ip.parse().ok())
                 .map(|ip| rules::address_subject(sender.app_id, ip))
                 .collect(),
-            // Recipients and the global count belong to others too: left as they are.
-            Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
+            // Recipients, payloads and the global count belong to others too: left as they
+            // are (a lift must not reset a campaign).
+            Scope::Recipient
+            | Scope::RecipientDomain
+            | Scope::Global
+            | Scope::Fingerprint
+            | Scope::LinkDomain => Vec::new(),
         };
         for subject in subjects {
             to_clear.push((keys.key(&subject, &rule.name, &rule.quota), rule.quota));

@@ -281,6 +281,7 @@ impl Outcomes {
             sender_ip: of.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
             recipient: &of.recipient,
             recipient_domain: &of.recipient_domain,
+            campaign: &[],
         };
         let rules: Vec<_> = self
             .rules
@@ -326,6 +327,7 @@ impl Outcomes {
             limit: rule.quota.limit as i64,
             window_secs: (rule.quota.window_ms / 1000) as i64,
             invite_id: Some(invite_id),
+            campaign_id: None,
         };
         let mut tx = self.pool.begin().await?;
         let now: Option<(String, Option<DateTime<Utc>>)> = sqlx::query_as(

@@ -65,6 +65,7 @@ pub fn counts_at_invites(
         let facts = r.facts(&sender, true);
         let (cost, member) = counting
             .of(&facts, members)
+            .first()
             .map_or((0, None), |adds| (adds.cost, adds.member));
         // An invite is always on the timeline, counted when it costs; the rule acts on it when
         // it costs, or when the rule counts outcomes.

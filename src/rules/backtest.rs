@@ -8,7 +8,9 @@ use sqlx::PgPool;
 
 use super::contribution::{InviteFacts, VOUCHING_DOMAINS, Vouches, is_new, vouches};
 use super::edit::ValidRule;
-use super::{Signal, Subjects};
+use super::{Scope, Signal, Subjects};
+use crate::campaigns::fingerprint::{self, Index};
+use crate::campaigns::link_domains;
 use crate::limiter::{Check, KeyPrefix, MemoryStore};
 use crate::sender_key::SenderKey;
 use crate::signals;
@@ -21,7 +23,7 @@ const BACKTEST_MAX: i64 = 200_000;
 /// The last 24 hours of invites that a backtest replays, newest first.
 pub const BACKTEST_INVITES: &str =
     "SELECT id, app_id, sender_id, sender_ip, recipient, recipient_domain,
-         resource, message, sender_name, created_at FROM invites
+         resource, message, sender_name, created_at, campaign_keys FROM invites
      WHERE created_at > now() - interval '24 hours'
      ORDER BY created_at DESC LIMIT $1";
 
@@ -61,6 +63,9 @@ pub struct Replayed {
     pub message: Option<String>,
     pub sender_name: Option<String>,
     pub created_at: Time,
+    /// The campaign subjects it counted under live; `None` when no campaign rule was enabled
+    /// then (a backtest works them out, [`offline_campaign_keys`]).
+    pub campaign_keys: Option<Vec<String>>,
 }
 
 impl Replayed {
@@ -84,6 +89,7 @@ impl Replayed {
                 sender_ip: self.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
                 recipient: &self.recipient,
                 recipient_domain: &self.recipient_domain,
+                campaign: self.campaign_keys.as_deref().unwrap_or(&[]),
             },
             has_links: self.has_links(),
             new_sender,
@@ -147,6 +153,42 @@ struct Event {
     invite: Option<(uuid::Uuid, SenderKey)>,
 }
 
+/// Campaign subjects for the invites recorded while no campaign rule was enabled, worked out
+/// as the live check would (in time order, `rows` oldest first): near-duplicate texts grouped
+/// in process, and linked domains (an app's own link hosts are not known here and count).
+/// Standard texts and benign marks are left out of the groups as live.
+fn offline_campaign_keys(rows: &mut [Replayed]) {
+    let mut groups: Index<String> = Index::new();
+    for (n, r) in rows.iter_mut().enumerate() {
+        if r.campaign_keys.is_some() {
+            continue;
+        }
+        let mut keys = Vec::new();
+        if let Some(f) = fingerprint::of_invite(r.message.as_deref(), r.sender_name.as_deref()) {
+            let group = match groups.find(&f.signature) {
+                Some(g) => g.clone(),
+                None => {
+                    let g = format!("replayed-{n}");
+                    groups.insert(f.signature, g.clone());
+                    g
+                }
+            };
+            keys.push(Scope::Fingerprint.subject_of(&group));
+        }
+        let texts = [
+            r.message.as_deref(),
+            r.sender_name.as_deref(),
+            r.resource.as_deref(),
+        ];
+        keys.extend(
+            link_domains::link_domains(texts, &[])
+                .iter()
+                .map(|d| Scope::LinkDomain.subject_of(d)),
+        );
+        r.campaign_keys = Some(keys);
+    }
+}
+
 /// Replays the last 24 hours through `rule` in the in-process limiter, with their own
 /// timestamps: what the rule would have told each invite.
 pub async fn replay(
@@ -162,6 +204,9 @@ pub async fn replay(
     rows.truncate(BACKTEST_MAX as usize);
     rows.reverse();
     let newness = Newness::load(pool, rows.iter().map(Replayed::sender), new_sender_days).await?;
+    if rule.scope.is_campaign() {
+        offline_campaign_keys(&mut rows);
+    }
     let counting = rule.counting();
     let members = signals::offline_members();
 
@@ -169,16 +214,15 @@ pub async fn replay(
     for r in &rows {
         let sender = r.sender();
         let facts = r.facts(&sender, newness.is_new(&sender, r.created_at));
-        let Some(adds) = counting.of(&facts, members) else {
-            continue;
-        };
-        events.push(Event {
-            at: r.created_at,
-            subject: adds.subject,
-            cost: adds.cost,
-            member: adds.member,
-            invite: Some((r.id, sender.clone())),
-        });
+        for adds in counting.of(&facts, members) {
+            events.push(Event {
+                at: r.created_at,
+                subject: adds.subject,
+                cost: adds.cost,
+                member: adds.member,
+                invite: Some((r.id, sender.clone())),
+            });
+        }
     }
     if let Some(kind) = outcome_of(rule.signal) {
         let outcomes: Vec<RecordedOutcome> = sqlx::query_as(BACKTEST_OUTCOMES)
@@ -192,6 +236,7 @@ pub async fn replay(
                 sender_ip: o.sender_ip.as_deref().and_then(|ip| ip.parse().ok()),
                 recipient: &o.recipient,
                 recipient_domain: &o.recipient_domain,
+                campaign: &[],
             };
             if let Some(subject) = rule.scope.subject(&of) {
                 events.push(Event {

@@ -3,7 +3,7 @@
 //! `sendguard simulate` all ask here, so a replay of recorded traffic gives each invite the
 //! answer the live check gave it. So is whether a sender counts as new ([`is_new`]).
 
-use super::{Rule, Scope, Signal, Subjects, edit::ValidRule};
+use super::{Rule, Scope, Signal, Subjects, edit::ValidRule, sender_subject};
 use crate::signals::MemberKey;
 
 type Time = chrono::DateTime<chrono::Utc>;
@@ -38,25 +38,31 @@ pub struct Contribution {
 }
 
 impl Counting {
-    /// What `invite` adds to the rule, or `None` when the rule does not apply to it (a rule for
-    /// new senders, an `ip` rule on an invite without an address).
-    pub fn of(&self, invite: &InviteFacts<'_>, members: &MemberKey) -> Option<Contribution> {
+    /// What `invite` adds to the rule, once per subject it counts under: none when the rule
+    /// does not apply to it (a rule for new senders, an `ip` rule on an invite without an
+    /// address, a campaign rule on a text without a fingerprint or links); several for a text
+    /// linking to several domains.
+    pub fn of(&self, invite: &InviteFacts<'_>, members: &MemberKey) -> Vec<Contribution> {
         if self.new_senders_only && !invite.new_sender {
-            return None;
+            return Vec::new();
         }
-        let subject = self.scope.subject(&invite.of)?;
         let (cost, member) = match self.signal {
             Signal::Invites => (1, None),
             Signal::Links => (u64::from(invite.has_links), None),
             Signal::DistinctRecipients => (1, Some(members.member(invite.of.recipient))),
             Signal::DistinctDomains => (1, Some(members.member(invite.of.recipient_domain))),
+            Signal::DistinctSenders => (1, Some(members.member(&sender_subject(invite.of.sender)))),
             Signal::Bounces | Signal::Complaints => (0, None),
         };
-        Some(Contribution {
-            subject,
-            cost,
-            member,
-        })
+        self.scope
+            .subjects(&invite.of)
+            .into_iter()
+            .map(|subject| Contribution {
+                subject,
+                cost,
+                member,
+            })
+            .collect()
     }
 }
 
@@ -124,6 +130,7 @@ mod tests {
                 sender_ip: None,
                 recipient: "ana@example.com",
                 recipient_domain: "example.com",
+                campaign: &[],
             },
             has_links,
             new_sender,
@@ -146,6 +153,7 @@ mod tests {
         let add = |signal| {
             counting(Scope::Sender, signal, false)
                 .of(&plain, &members)
+                .first()
                 .map(|c| (c.cost, c.member))
         };
         assert_eq!(add(Signal::Invites), Some((1, None)));
@@ -164,6 +172,7 @@ mod tests {
         assert_eq!(
             counting(Scope::Sender, Signal::Links, false)
                 .of(&linked, &members)
+                .first()
                 .map(|c| c.cost),
             Some(1)
         );
@@ -174,12 +183,46 @@ mod tests {
         let members = MemberKey::new(b"test");
         let sender = SenderKey::new(1, "u_1");
         let links = counting(Scope::Sender, Signal::Links, true);
-        assert!(links.of(&facts(&sender, true, false), &members).is_none());
-        assert!(links.of(&facts(&sender, true, true), &members).is_some());
+        assert!(links.of(&facts(&sender, true, false), &members).is_empty());
+        assert_eq!(links.of(&facts(&sender, true, true), &members).len(), 1);
         let ip = counting(Scope::Ip, Signal::Invites, false);
         assert!(
-            ip.of(&facts(&sender, false, false), &members).is_none(),
+            ip.of(&facts(&sender, false, false), &members).is_empty(),
             "no address given"
+        );
+    }
+
+    #[test]
+    fn campaign_rules_count_each_subject_of_the_text_and_the_sender_as_the_member() {
+        let members = MemberKey::new(b"test");
+        let sender = SenderKey::new(1, "u_1");
+        let campaign = [
+            "fingerprint:g1".to_owned(),
+            "link_domain:a.example".to_owned(),
+            "link_domain:b.example".to_owned(),
+        ];
+        let mut seen = facts(&sender, true, false);
+        seen.of.campaign = &campaign;
+        let domains =
+            counting(Scope::LinkDomain, Signal::DistinctSenders, false).of(&seen, &members);
+        assert_eq!(
+            domains
+                .iter()
+                .map(|c| c.subject.as_str())
+                .collect::<Vec<_>>(),
+            ["link_domain:a.example", "link_domain:b.example"]
+        );
+        let text = counting(Scope::Fingerprint, Signal::DistinctSenders, false).of(&seen, &members);
+        assert_eq!(text.len(), 1);
+        assert_eq!(
+            text[0].member,
+            Some(members.member(&sender_subject(&sender)))
+        );
+        assert!(
+            counting(Scope::Fingerprint, Signal::Invites, false)
+                .of(&facts(&sender, false, false), &members)
+                .is_empty(),
+            "no fingerprint, nothing counted"
         );
     }
 }

@@ -19,6 +19,18 @@ pub mod edit;
 pub mod file;
 pub mod simulate;
 
+/// What the enabled `rules` count of an invite's payload.
+pub fn wanted(rules: &[Arc<Rule>]) -> crate::campaigns::Wanted {
+    crate::campaigns::Wanted {
+        fingerprint_window_secs: rules
+            .iter()
+            .filter(|r| r.scope == Scope::Fingerprint)
+            .map(|r| r.quota.window_ms / 1000)
+            .max(),
+        link_domains: rules.iter().any(|r| r.scope == Scope::LinkDomain),
+    }
+}
+
 /// What a rule counts by.
 #[derive(
     Debug,
@@ -38,6 +50,10 @@ pub enum Scope {
     Recipient,
     RecipientDomain,
     Global,
+    /// The near-duplicate group of the invite's text (docs/DESIGN.md §3d).
+    Fingerprint,
+    /// Each registrable domain the invite's text links to.
+    LinkDomain,
 }
 
 impl Scope {
@@ -49,7 +65,19 @@ impl Scope {
             Scope::Recipient => "per recipient",
             Scope::RecipientDomain => "per recipient domain",
             Scope::Global => "all traffic together",
+            Scope::Fingerprint => "per text (near-duplicates together)",
+            Scope::LinkDomain => "per domain linked in the text",
         }
+    }
+
+    /// Counts what many senders share with a payload: a campaign (docs/DESIGN.md §3d).
+    pub fn is_campaign(self) -> bool {
+        matches!(self, Scope::Fingerprint | Scope::LinkDomain)
+    }
+
+    /// Whether other senders can share this scope's counters (a lift must not clear them).
+    pub fn is_shared(self) -> bool {
+        !matches!(self, Scope::Sender)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -68,11 +96,31 @@ pub struct Subjects<'a> {
     pub sender_ip: Option<IpAddr>,
     pub recipient: &'a str,
     pub recipient_domain: &'a str,
+    /// The campaign subjects of the invite's text: its fingerprint group and its link domains
+    /// ([`crate::campaigns::Payload`]); none where no campaign rule is enabled.
+    pub campaign: &'a [String],
 }
 
 impl Scope {
-    /// The subject a rule of this scope counts an invite under, if the rule applies to it:
-    /// `kind:value`, or the kind alone for the one global count.
+    /// The subjects a rule of this scope counts an invite under: `kind:value`, or the kind
+    /// alone for the one global count. One, but for a text's link domains (any number) and the
+    /// scopes that do not apply (an `ip` rule on an invite without an address, a fingerprint
+    /// of a text too short to have one).
+    pub fn subjects(self, of: &Subjects<'_>) -> Vec<String> {
+        match self {
+            Scope::Fingerprint | Scope::LinkDomain => {
+                let kind = self.subject_kind();
+                of.campaign
+                    .iter()
+                    .filter(|s| s.split_once(':').is_some_and(|(k, _)| k == kind))
+                    .cloned()
+                    .collect()
+            }
+            _ => self.subject(of).into_iter().collect(),
+        }
+    }
+
+    /// The one subject a rule of a scope without campaign subjects counts an invite under.
     pub fn subject(self, of: &Subjects<'_>) -> Option<String> {
         match self {
             Scope::Sender => Some(sender_subject(of.sender)),
@@ -80,6 +128,7 @@ impl Scope {
             Scope::Recipient => Some(self.subject_of(of.recipient)),
             Scope::RecipientDomain => Some(self.subject_of(of.recipient_domain)),
             Scope::Global => Some(self.subject_kind().to_owned()),
+            Scope::Fingerprint | Scope::LinkDomain => None,
         }
     }
 
@@ -103,6 +152,8 @@ impl Scope {
             Scope::Recipient => "recipient",
             Scope::RecipientDomain => "domain",
             Scope::Global => "global",
+            Scope::Fingerprint => crate::campaigns::FINGERPRINT,
+            Scope::LinkDomain => crate::campaigns::LINK_DOMAIN,
         }
     }
 }
@@ -190,6 +241,8 @@ pub enum Signal {
     Bounces,
     /// Complaints reported later (events, the report link in the email).
     Complaints,
+    /// Distinct senders in the window, for scopes many senders share.
+    DistinctSenders,
 }
 
 impl Signal {
@@ -202,6 +255,7 @@ impl Signal {
             Signal::Links => "invites with links",
             Signal::Bounces => "bounces",
             Signal::Complaints => "complaints",
+            Signal::DistinctSenders => "different senders",
         }
     }
 
@@ -224,7 +278,10 @@ impl Signal {
 
     /// Counts distinct members rather than occurrences.
     pub fn is_distinct(self) -> bool {
-        matches!(self, Signal::DistinctRecipients | Signal::DistinctDomains)
+        matches!(
+            self,
+            Signal::DistinctRecipients | Signal::DistinctDomains | Signal::DistinctSenders
+        )
     }
 }
 

@@ -151,11 +151,12 @@ pub fn caught(trace: &SenderTrace) -> Vec<(&'static str, Option<usize>)> {
                         sender_ip: None,
                         recipient: &sent.recipient,
                         recipient_domain: domain_of(&sent.recipient),
+                        campaign: &[],
                     },
                     has_links: any_link([Some(sent.message)]),
                     new_sender: trace.new,
                 };
-                let Some(adds) = counting.of(&facts, members) else {
+                let Some(adds) = counting.of(&facts, members).into_iter().next() else {
                     return false;
                 };
                 let key = keys.key(&adds.subject, rule.name, &quota);

@@ -3,6 +3,7 @@
 mod addresses;
 mod admin_security;
 mod apps;
+mod campaigns;
 mod cli_errors;
 mod dashboard_browser;
 mod dashboard_http;

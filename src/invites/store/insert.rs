@@ -60,11 +60,12 @@ pub const INSERT_BATCH: &str = "WITH input AS (
              $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
              $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
              $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[],
-             $25::jsonb[])
+             $25::jsonb[], $26::float8[], $27::text[])
              WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
                  recipient_domain, sender_ip, resource, message, sender_name, status,
                  decision, idempotency_key, request_hash, accept_url, assumed, admitted,
-                 version, address, created_in_app_at, claimed, held_cap, breach, n)),
+                 version, address, created_in_app_at, claimed, held_cap, breach, settle,
+                 campaign_keys, n)),
      locked AS (
          SELECT s.*, EXISTS (SELECT 1 FROM pending_flags p
                  WHERE p.app_id = s.app_id AND p.sender_id = s.id
@@ -134,7 +135,7 @@ pub const INSERT_BATCH: &str = "WITH input AS (
      written AS (
          INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
              sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-             accept_url, claimed_by, claimed_until)
+             accept_url, claimed_by, claimed_until, campaign_keys)
          SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
              CASE WHEN room IS NOT FALSE THEN resource END,
              CASE WHEN room IS NOT FALSE THEN message END,
@@ -142,11 +143,13 @@ pub const INSERT_BATCH: &str = "WITH input AS (
              CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
              CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
              CASE WHEN status = 'queued' THEN now() + CASE WHEN claimed
-                 THEN make_interval(secs => $23::float8) ELSE interval '0' END END,
+                 THEN make_interval(secs => $23::float8)
+                 ELSE make_interval(secs => settle) END END,
              CASE WHEN room IS NOT FALSE THEN accept_url END,
              CASE WHEN claimed AND status = 'queued' THEN $22::text END,
              CASE WHEN claimed AND status = 'queued'
-                 THEN now() + make_interval(secs => $23::float8) END
+                 THEN now() + make_interval(secs => $23::float8) END,
+             string_to_array(campaign_keys, E'\\n')
          FROM admitted
          WHERE idempotency_key IS NULL OR room IS NOT NULL
              OR id IN (SELECT invite_id FROM keyed)
@@ -216,6 +219,10 @@ pub async fn insert_batch(
         .bind(column(rows, |row| row.held_cap))
         .bind(column(rows, |row| {
             row.breach.map(|b| Json(follow_up::record(b)))
+        }))
+        .bind(column(rows, |row| row.new.settle.as_secs_f64()))
+        .bind(column(rows, |row| {
+            (!row.new.campaign_keys.is_empty()).then(|| row.new.campaign_keys.join("\n"))
         }))
         .fetch_all(conn)
         .await

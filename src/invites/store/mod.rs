@@ -37,6 +37,11 @@ pub struct NewInvite {
     pub decision: DecisionRecord,
     pub idempotency_key: Option<String>,
     pub request_hash: Arc<[u8]>,
+    /// The campaign subjects its text counted under (`fingerprint:…`, `link_domain:…`).
+    pub campaign_keys: Vec<String>,
+    /// How long a queued invite waits before the outbox may send it (`SENDGUARD_SETTLE_SECS`;
+    /// zero for a trusted sender).
+    pub settle: std::time::Duration,
 }
 
 /// What a write did.
@@ -118,10 +123,12 @@ pub async fn flag(
     sender: &SenderKey,
     breach: &Breach,
     invite_id: Option<Uuid>,
+    campaign_id: Option<i64>,
     confirm_repeat: bool,
     stored: bool,
 ) -> Result<Option<SenderState>, sqlx::Error> {
     let flag = Flag {
+        campaign_id,
         sender,
         rule_id: breach.rule_id,
         rule_name: &breach.rule_name,
@@ -177,6 +184,7 @@ pub async fn settle_deferred(
     invite: &DeferredInvite,
     status: Status,
     decision: &DecisionRecord,
+    campaign_keys: &[String],
     held_cap: i64,
 ) -> Result<bool, sqlx::Error> {
     let mut over_cap = false;
@@ -214,13 +222,15 @@ pub async fn settle_deferred(
     }
     sqlx::query(
         "UPDATE invites SET status = $2, decision = $3,
-             next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END
+             next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END,
+             campaign_keys = NULLIF($5::text[], '{}')
          WHERE id = $1 AND created_at = $4",
     )
     .bind(invite.id)
     .bind(status.as_str())
     .bind(Json(decision))
     .bind(invite.created_at)
+    .bind(campaign_keys)
     .execute(&mut **tx)
     .await?;
     Ok(true)

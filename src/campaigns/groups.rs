@@ -1,0 +1,96 @@
+//! Near-duplicate groups of invite texts, the same on every instance: a text joins the group
+//! of an earlier text it matches (a candidate found by a shared MinHash band, confirmed against
+//! the group's own signature), or starts a group of its own. Senders are then counted on one
+//! key per group, not per band.
+//!
+//! In Redis, one script call per text (`lua/group.lua`) keeps the lookup and the claim atomic:
+//! two instances seeing the first two copies of a text at once put them in one group. Bands and
+//! signatures live in hashes of a generation as long as the longest fingerprint rule's window,
+//! read for this generation and the last: a group lives while its texts keep coming. All of
+//! them share one hash tag, so on a cluster they sit on one node.
+
+use std::sync::{Arc, Mutex};
+
+use redis::Script;
+
+use super::fingerprint::{Index, Signature};
+use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
+
+/// Texts an in-process store keeps before it starts again (one instance, no Redis).
+const MEMORY_TEXTS: usize = 100_000;
+
+#[derive(Clone)]
+pub struct Groups {
+    store: Store,
+    prefix: String,
+}
+
+#[derive(Clone)]
+enum Store {
+    Redis(RedisConnection, Arc<Script>),
+    /// The index and how many texts it holds.
+    Memory(Arc<Mutex<(Index<String>, usize)>>),
+}
+
+impl Groups {
+    pub fn new(limiter: &Limiter, keys: &KeyPrefix) -> Groups {
+        let store = match limiter {
+            Limiter::Redis(redis) => Store::Redis(
+                redis.connection(),
+                Arc::new(Script::new(include_str!("lua/group.lua"))),
+            ),
+            Limiter::Memory(_) => Store::Memory(Arc::new(Mutex::new((Index::new(), 0)))),
+        };
+        Groups {
+            store,
+            prefix: keys.as_str().to_owned(),
+        }
+    }
+
+    /// The group of a text of `signature`, its groups kept for `window_secs` (the longest
+    /// fingerprint rule's window).
+    pub async fn group_of(
+        &self,
+        signature: &Signature,
+        window_secs: u64,
+    ) -> Result<String, LimiterError> {
+        let fresh = format!("{:016x}", rand::random::<u64>());
+        match &self.store {
+            Store::Memory(index) => {
+                let mut guard = index.lock().unwrap_or_else(|e| e.into_inner());
+                let (index, texts) = &mut *guard;
+                if let Some(id) = index.find(signature) {
+                    return Ok(id.clone());
+                }
+                if *texts >= MEMORY_TEXTS {
+                    *index = Index::new();
+                    *texts = 0;
+                }
+                index.insert(signature.clone(), fresh.clone());
+                *texts += 1;
+                Ok(fresh)
+            }
+            Store::Redis(conn, script) => {
+                let window = window_secs.max(1);
+                let generation = now_ms() / 1000 / window;
+                let key =
+                    |kind: &str, g: u64| format!("{}:{{campaign-groups}}:{kind}:{g}", self.prefix);
+                let bytes = signature.to_bytes();
+                let needed = bytes.len() / 4 / 2 + 1;
+                let mut call = script.key(key("b", generation));
+                call.key(key("b", generation.saturating_sub(1)))
+                    .key(key("s", generation))
+                    .key(key("s", generation.saturating_sub(1)))
+                    .arg(bytes)
+                    .arg(&fresh)
+                    .arg(window * 2)
+                    .arg(needed);
+                for band in signature.bands() {
+                    call.arg(band);
+                }
+                let id: String = call.invoke_async(&mut conn.clone()).await?;
+                Ok(id)
+            }
+        }
+    }
+}

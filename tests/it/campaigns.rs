@@ -1,0 +1,253 @@
+//! Campaigns (docs/DESIGN.md §3d) against the real Postgres, Redis and SMTP sink: many
+//! accounts, each under every limit, sending one payload, held from the sender past the
+//! limit; with a settle time, held before anything is delivered; decided as one.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::support::api::Api;
+use crate::support::app::{Stage, api_key, flags_done};
+use crate::support::rules;
+
+/// Senders and invites of the campaign the issue describes: fifty year-old accounts, eight
+/// invites each to strangers.
+const SENDERS: usize = 50;
+const EACH: usize = 8;
+
+/// The pitch, with the recipient's name and the numbers changed in each.
+fn pitch(sender: usize, n: usize) -> String {
+    let names = ["Ana", "Bo", "Chidi", "Dana", "Eli", "Farah", "Gus", "Hana"];
+    format!(
+        "Hi {}, your parcel is waiting at our depot and could not be delivered because the \
+         address was incomplete. Call +1 555 01{sender:02} today to claim it before it is \
+         returned to the sender, quoting ref 44{n}{sender}. Office hours are nine to five.",
+        names[n % names.len()]
+    )
+}
+
+fn year_ago() -> String {
+    (chrono::Utc::now() - chrono::Duration::days(365)).to_rfc3339()
+}
+
+/// Sends the campaign: sender after sender, each with its invites; answers how many were
+/// answered 200.
+async fn send_campaign(api: &Api, senders: usize) -> usize {
+    let created = year_ago();
+    let mut ok = 0;
+    for s in 0..senders {
+        for n in 0..EACH {
+            let (status, _) = api
+                .send(json!({
+                    "sender_id": format!("acct{s:02}"),
+                    "recipient": format!("stranger{s}x{n}@mail{}.example", n % 3),
+                    "message": pitch(s, n),
+                    "sender_created_at": created,
+                }))
+                .await;
+            ok += usize::from(status == StatusCode::OK);
+        }
+    }
+    ok
+}
+
+async fn by_status(pool: &PgPool) -> Vec<(String, i64)> {
+    sqlx::query_as("SELECT status, count(*) FROM invites GROUP BY 1 ORDER BY 1")
+        .fetch_all(pool)
+        .await
+        .expect("statuses")
+}
+
+/// The senders with at least one held invite, in order.
+async fn senders_held(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT DISTINCT sender_id FROM invites WHERE status = 'held' ORDER BY sender_id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("held senders")
+}
+
+/// With the default rules, the first five accounts' invites go out and every invite from the
+/// sixth account on is held; each account past the fifth is flagged once, under one campaign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifty_account_campaign_is_held_from_the_sixth_sender() {
+    let stage = Stage::start("campaign_sixth", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    assert_eq!(send_campaign(&api, SENDERS).await, SENDERS * EACH);
+    let delivered = stage.settle().await;
+    assert_eq!(delivered, 5 * EACH, "the first five senders' invites");
+    assert_eq!(
+        by_status(&stage.pool).await,
+        [
+            ("held".into(), (45 * EACH) as i64),
+            ("sent".into(), (5 * EACH) as i64)
+        ]
+    );
+    let held = senders_held(&stage.pool).await;
+    assert_eq!(held.first().map(String::as_str), Some("acct05"));
+    assert_eq!(held.len(), 45);
+    let (campaigns, flagged): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM campaigns),
+             (SELECT count(DISTINCT sender_id) FROM flags WHERE campaign_id IS NOT NULL)",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("campaigns");
+    assert_eq!((campaigns, flagged), (1, 45));
+}
+
+/// With a settle time of a minute, the sixth sender's breach sweeps the five before it out of
+/// the queue: the campaign delivers nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_settle_time_the_campaign_delivers_nothing() {
+    let stage = Stage::start_with("campaign_settle", &[], |cfg| cfg.settle_secs = 60).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    assert_eq!(send_campaign(&api, SENDERS).await, SENDERS * EACH);
+    flags_done(&stage.pool).await;
+    assert_eq!(
+        by_status(&stage.pool).await,
+        [("held".into(), (SENDERS * EACH) as i64)],
+        "every invite held, none left waiting"
+    );
+    // Nothing is on its way either: give the outbox a few rounds.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(stage.sink.messages().is_empty());
+    let flagged: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT sender_id) FROM flags WHERE campaign_id IS NOT NULL",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("flagged");
+    assert_eq!(flagged, SENDERS as i64, "the swept senders are flagged too");
+}
+
+/// A trusted sender's invites never wait for the settle time, and the sweep leaves them be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_senders_never_wait() {
+    let trusted = "INSERT INTO senders (app_id, id, state)
+         SELECT id, 'partner', 'trusted' FROM apps WHERE name = 'default'";
+    let stage = Stage::start_with("campaign_trusted", &[trusted], |cfg| cfg.settle_secs = 60).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    api.accepted("partner", "second@example.com").await;
+    api.accepted("stranger", "third@example.com").await;
+    let sent = crate::support::app::wait_for(Duration::from_secs(10), || async {
+        stage.sink.messages().len() >= 1
+    })
+    .await;
+    assert!(sent);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let to: Vec<String> = stage
+        .sink
+        .messages()
+        .iter()
+        .flat_map(|m| m.to.clone())
+        .collect();
+    assert_eq!(
+        to,
+        ["second@example.com"],
+        "only the trusted sender's invite went out"
+    );
+}
+
+/// A domain many honest senders link to is recorded by the monitor-only default rule and never
+/// held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_popular_domain_is_monitored_and_never_held() {
+    let stage = Stage::start("campaign_popular_domain", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let created = year_ago();
+    // Each sender writes in their own words: the texts share no fingerprint, only the domain.
+    let words = [
+        "budget",
+        "review",
+        "garden",
+        "launch",
+        "recipe",
+        "travel",
+        "hockey",
+        "poster",
+        "thesis",
+        "invoice",
+        "roadmap",
+        "concert",
+        "lecture",
+        "survey",
+        "wedding",
+        "podcast",
+        "harvest",
+        "merger",
+        "sprint",
+        "festival",
+        "workshop",
+        "quarterly",
+        "brochure",
+        "pottery",
+        "marathon",
+    ];
+    for s in 0..25 {
+        let own: Vec<&str> = (0..6)
+            .map(|k| words[(s * 7 + k * 11 + k * k) % 25])
+            .collect();
+        let message = format!("{} https://docs.bigcloud.com/d/{s}", own.join(" "));
+        let (status, _) = api
+            .send(json!({
+                "sender_id": format!("fan{s}"),
+                "recipient": format!("friend{s}@example.org"),
+                "message": message,
+                "sender_created_at": created,
+            }))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(stage.settle().await, 25, "all delivered");
+    let exceeded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites, jsonb_array_elements(decision -> 'rules') r
+         WHERE r ->> 0 = 'campaign-link-domain' AND r ->> 4 = 'exceeded'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("monitored");
+    assert_eq!(
+        exceeded, 5,
+        "the 21st to the 25th sender are over the monitor's limit"
+    );
+    let flags: i64 = sqlx::query_scalar("SELECT count(*) FROM flags")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("flags");
+    assert_eq!(flags, 0, "a monitor puts nothing in the review queue");
+}
+
+/// One address invited by many different senders, under a `recipient` rule of distinct
+/// senders: the sender past the limit is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipient_invited_by_many_senders_is_protected() {
+    let stage = Stage::start_prepared(
+        "campaign_recipient",
+        async |pool| {
+            // The recipient rule counts senders instead of invites.
+            rules::set(pool, "recipient-daily", |r| {
+                r.signal = "distinct_senders".into();
+                r.limit = 3;
+                r.action = "hold".into();
+            })
+            .await
+        },
+        |_| {},
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    for s in 0..5 {
+        let id = format!("bomber{s}");
+        api.accepted(&id, "target@example.com").await;
+    }
+    flags_done(&stage.pool).await;
+    assert_eq!(
+        senders_held(&stage.pool).await,
+        ["bomber3", "bomber4"],
+        "the fourth and fifth sender"
+    );
+}
