@@ -5,6 +5,7 @@
 pub mod accounts;
 mod apps;
 mod audit;
+mod campaigns;
 mod decide;
 mod error;
 mod format;
@@ -96,6 +97,9 @@ where
         .route("/admin/setup", get(setup::form).post(setup::create))
         .route("/admin/logout", post(session::log_out))
         .route("/admin/queue", get(queue::queue))
+        .route("/admin/campaigns", get(campaigns::list))
+        .route("/admin/campaigns/{id}", get(campaigns::campaign_page))
+        .route("/admin/campaigns/{id}/decide", post(campaigns::decide))
         .route("/admin/queue/confirm", post(queue::confirm_selected))
         .route("/admin/senders", get(senders::find_sender))
         .route("/admin/senders/{app}/{id}", get(senders::sender_page))

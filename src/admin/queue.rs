@@ -88,9 +88,20 @@ pub(super) struct QueuePage {
     /// The app the queue is filtered by ("" for all), and every app's name.
     app: String,
     apps: Vec<String>,
+    /// Campaigns awaiting a decision, one row each (on the first page).
+    campaigns: Vec<QueueCampaign>,
     page: i64,
     more: bool,
     notice: Option<String>,
+}
+
+pub(super) struct QueueCampaign {
+    path: String,
+    id: i64,
+    kind: &'static str,
+    rule: String,
+    senders: i64,
+    text: String,
 }
 
 /// The queue's filter, beside its page (two extractors of one query string).
@@ -110,7 +121,27 @@ pub(super) async fn queue(
     let app_id = dashboard.app_filter(&filter.app)?;
     let rows = senders::queue(&dashboard.pool, app_id, PAGE + 1, (page - 1) * PAGE).await?;
     let more = rows.len() as i64 > PAGE;
+    let campaigns = if page == 1 {
+        senders::campaigns_awaiting(&dashboard.pool, app_id).await?
+    } else {
+        Vec::new()
+    };
     Ok(QueuePage {
+        campaigns: campaigns
+            .into_iter()
+            .map(|c| QueueCampaign {
+                path: format!("/admin/campaigns/{}", c.id),
+                id: c.id,
+                kind: if c.kind == "link_domain" {
+                    "linked domain"
+                } else {
+                    "text"
+                },
+                rule: c.rule_name,
+                senders: c.senders,
+                text: c.sample.unwrap_or(c.normalised).chars().take(140).collect(),
+            })
+            .collect(),
         layout: admin.layout(),
         rows: rows
             .into_iter()

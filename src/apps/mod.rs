@@ -33,6 +33,9 @@ pub struct App {
     /// The From mailbox of this app's emails; `None`: the service's.
     pub mail_from: Option<String>,
     pub webhook_url: Option<String>,
+    /// The messages the app prefills: a text like one of them never counts as a campaign
+    /// (docs/DESIGN.md §3d).
+    pub standard_texts: Vec<String>,
 }
 
 impl App {
@@ -164,6 +167,7 @@ mod tests {
             link_template: template.map(Into::into),
             mail_from: None,
             webhook_url: None,
+            standard_texts: Vec::new(),
         }
     }
 

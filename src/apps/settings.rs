@@ -44,6 +44,8 @@ pub struct AppChanges {
     pub link_template: Option<String>,
     pub mail_from: Option<String>,
     pub webhook_url: Option<String>,
+    /// Replaces the list; an empty list clears it.
+    pub standard_texts: Option<Vec<String>>,
 }
 
 /// An app's settings after a change, each checked.
@@ -54,7 +56,12 @@ pub struct AppValues {
     pub link_template: Option<String>,
     pub mail_from: Option<String>,
     pub webhook_url: Option<String>,
+    pub standard_texts: Vec<String>,
 }
+
+/// Standard texts an app may list, and the longest (as long as an invite's `message`).
+const STANDARD_TEXTS: usize = 20;
+const STANDARD_TEXT_CHARS: usize = 2000;
 
 pub fn check_name(name: &str) -> Result<(), AppError> {
     let ok = (1..=64).contains(&name.len())
@@ -141,8 +148,46 @@ impl AppChanges {
             link_template,
             mail_from,
             webhook_url,
+            standard_texts: standard_texts(self.standard_texts, current)?,
         })
     }
+}
+
+/// The standard texts after a change: each non-blank, at most as long as a message, with no
+/// control characters but line breaks; blank ones are dropped (a lone blank clears the list).
+fn standard_texts(
+    change: Option<Vec<String>>,
+    current: Option<&App>,
+) -> Result<Vec<String>, AppError> {
+    let Some(texts) = change else {
+        return Ok(current
+            .map(|a| a.standard_texts.clone())
+            .unwrap_or_default());
+    };
+    let texts: Vec<String> = texts
+        .iter()
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if texts.len() > STANDARD_TEXTS {
+        return Err(invalid(
+            "standard-text",
+            format!("at most {STANDARD_TEXTS} texts"),
+        ));
+    }
+    let bad = texts.iter().any(|t| {
+        t.chars().count() > STANDARD_TEXT_CHARS
+            || t.chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t')
+    });
+    if bad {
+        return Err(invalid(
+            "standard-text",
+            format!("each at most {STANDARD_TEXT_CHARS} characters, no control characters"),
+        ));
+    }
+    Ok(texts)
 }
 
 /// A host invitation links may point to, as stored: lower case, IDNA-encoded, nothing else.
@@ -262,6 +307,7 @@ mod tests {
             link_template: None,
             mail_from: Some("Drawbox <i@drawbox.example>".into()),
             webhook_url: None,
+            standard_texts: vec!["Join my doc".into()],
         };
         let v = AppChanges {
             product: Some(String::new()),

@@ -10,7 +10,8 @@ use super::settings::{AppChanges, AppError, AppValues, check_name};
 use crate::audit::{self, Entry};
 use crate::webhooks::{self, SecretBox};
 
-const COLUMNS: &str = "id, name, product, link_hosts, link_template, mail_from, webhook_url";
+const COLUMNS: &str =
+    "id, name, product, link_hosts, link_template, mail_from, webhook_url, standard_texts";
 
 pub async fn all(pool: &PgPool) -> Result<Vec<App>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM apps ORDER BY name"))
@@ -38,6 +39,7 @@ fn detail(values: &AppValues) -> serde_json::Value {
         "link_template": values.link_template,
         "from": values.mail_from,
         "webhook_url": values.webhook_url,
+        "standard_texts": values.standard_texts,
     })
 }
 
@@ -57,8 +59,8 @@ pub async fn create(
     let mut tx = pool.begin().await?;
     let app: Option<App> = sqlx::query_as(&format!(
         "INSERT INTO apps (name, product, link_hosts, link_template, mail_from, webhook_url,
-             webhook_secret)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+             webhook_secret, standard_texts)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (name) DO NOTHING RETURNING {COLUMNS}"
     ))
     .bind(name)
@@ -68,6 +70,7 @@ pub async fn create(
     .bind(&values.mail_from)
     .bind(&values.webhook_url)
     .bind(secret.as_deref().map(|s| secrets.seal(s)))
+    .bind(&values.standard_texts)
     .fetch_optional(&mut *tx)
     .await?;
     let app = app.ok_or_else(|| AppError::Exists(name.to_owned()))?;
@@ -115,7 +118,8 @@ pub async fn update(
     let new_secret = (values.webhook_url.is_some() && !has_secret).then(webhooks::new_secret);
     let app: App = sqlx::query_as(&format!(
         "UPDATE apps SET product = $2, link_hosts = $3, link_template = $4, mail_from = $5,
-             webhook_url = $6, webhook_secret = COALESCE($7, webhook_secret), updated_at = now()
+             webhook_url = $6, webhook_secret = COALESCE($7, webhook_secret),
+             standard_texts = $8, updated_at = now()
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(current.id)
@@ -125,6 +129,7 @@ pub async fn update(
     .bind(&values.mail_from)
     .bind(&values.webhook_url)
     .bind(new_secret.as_deref().map(|s| secrets.seal(s)))
+    .bind(&values.standard_texts)
     .fetch_one(&mut *tx)
     .await?;
     let entry = Entry {

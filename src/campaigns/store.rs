@@ -164,12 +164,13 @@ const SELECT_CAMPAIGNS: &str = "SELECT c.id, c.subject, c.kind, c.normalised, c.
              min(i.created_at) AS first_seen_at
          FROM invites i WHERE i.campaign_keys @> ARRAY[c.subject]) n ON true";
 
-/// The campaigns, most recently seen first.
-pub async fn list(pool: &PgPool, limit: i64) -> Result<Vec<Campaign>, sqlx::Error> {
+/// `limit` campaigns after skipping `offset`, most recently seen first.
+pub async fn list(pool: &PgPool, limit: i64, offset: i64) -> Result<Vec<Campaign>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "{SELECT_CAMPAIGNS} ORDER BY c.last_seen_at DESC, c.id DESC LIMIT $1"
+        "{SELECT_CAMPAIGNS} ORDER BY c.last_seen_at DESC, c.id DESC LIMIT $1 OFFSET $2"
     ))
     .bind(limit)
+    .bind(offset)
     .fetch_all(pool)
     .await
 }

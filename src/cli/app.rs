@@ -53,6 +53,10 @@ pub struct AppArgs {
     /// Where sendguard posts signed events about this app's senders (https, public address).
     #[arg(long)]
     webhook_url: Option<String>,
+    /// A message the app prefills; repeat for several. Replaces the list. A text like one of
+    /// them never counts as a campaign (its links still count).
+    #[arg(long = "standard-text")]
+    standard_texts: Vec<String>,
     /// Allow webhook URLs on private addresses, and http (internal receivers, tests).
     #[arg(long, env = "SENDGUARD_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
     webhook_allow_private: bool,
@@ -71,6 +75,7 @@ impl AppArgs {
             link_template: self.link_template.clone(),
             mail_from: self.from.clone(),
             webhook_url: self.webhook_url.clone(),
+            standard_texts: (!self.standard_texts.is_empty()).then(|| self.standard_texts.clone()),
         }
     }
 }
@@ -94,6 +99,7 @@ impl AppCommand {
                             a.link_template.unwrap_or_default(),
                             a.mail_from.unwrap_or_default(),
                             a.webhook_url.unwrap_or_default(),
+                            a.standard_texts.len().to_string(),
                         ]
                     })
                     .collect();
@@ -104,6 +110,7 @@ impl AppCommand {
                     "link_template",
                     "from",
                     "webhook_url",
+                    "standard_texts",
                 ];
                 print!("{}", to_table(&header, &rows));
             }

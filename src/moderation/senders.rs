@@ -9,8 +9,9 @@ use crate::sender_key::SenderKey;
 type Time = chrono::DateTime<chrono::Utc>;
 
 /// The review queue: shadow-banned senders, and active senders with invites held for review or
-/// flagged for it with nothing held, of every app or of app `$3`; repeat offenders first, then newest flag first, with the
-/// evidence the page shows.
+/// flagged for it with nothing held, of every app or of app `$3`; repeat offenders first, then
+/// newest flag first, with the evidence the page shows. A sender flagged for a campaign still
+/// awaiting its decision is left out: the campaign is one row of its own ([`CAMPAIGNS`]).
 pub const QUEUE: &str =
     "SELECT s.app_id, a.name AS app, s.id, s.version, s.state, s.repeat_offender, s.linked_to,
             COALESCE(s.created_in_app_at, s.first_seen_at) AS since, s.accepted,
@@ -35,6 +36,8 @@ pub const QUEUE: &str =
            WHERE state = 'active' AND (held_stored > 0 OR review_requested_at IS NOT NULL)
                AND ($3::bigint IS NULL OR app_id = $3)) s
      JOIN apps a ON a.id = s.app_id
+         AND NOT EXISTS (SELECT 1 FROM flags c WHERE c.app_id = s.app_id AND c.sender_id = s.id
+             AND c.closed_at IS NULL AND c.campaign_id IS NOT NULL)
      LEFT JOIN LATERAL (
          SELECT rule_name, signal, action, observed, limit_count, created_at, invite_id FROM flags
          WHERE app_id = s.app_id AND sender_id = s.id ORDER BY created_at DESC LIMIT 1) f ON true
@@ -48,6 +51,35 @@ pub const QUEUE: &str =
                LIMIT 10000) recent) d ON true
      ORDER BY s.repeat_offender DESC, f.created_at DESC NULLS LAST, a.name, s.id
      LIMIT $1 OFFSET $2";
+
+/// Campaigns with senders flagged and not decided yet, of every app or of app `$1`, newest
+/// first: one row each in the review queue.
+pub const CAMPAIGNS: &str = "SELECT c.id, c.kind, c.normalised, c.sample, c.rule_name,
+         count(DISTINCT (f.app_id, f.sender_id)) AS senders, max(f.last_seen_at) AS last_flag
+     FROM flags f JOIN campaigns c ON c.id = f.campaign_id
+     WHERE f.closed_at IS NULL AND f.campaign_id IS NOT NULL
+         AND ($1::bigint IS NULL OR f.app_id = $1)
+     GROUP BY c.id ORDER BY last_flag DESC LIMIT 50";
+
+/// One campaign of the review queue.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AwaitingCampaign {
+    pub id: i64,
+    pub kind: String,
+    pub normalised: String,
+    pub sample: Option<String>,
+    pub rule_name: String,
+    pub senders: i64,
+    pub last_flag: Time,
+}
+
+/// The campaigns of the review queue.
+pub async fn campaigns_awaiting(
+    pool: &PgPool,
+    app_id: Option<i64>,
+) -> Result<Vec<AwaitingCampaign>, sqlx::Error> {
+    sqlx::query_as(CAMPAIGNS).bind(app_id).fetch_all(pool).await
+}
 
 /// Senders awaiting review.
 pub const AWAITING: &str = "SELECT

@@ -474,6 +474,9 @@ fn batch_args(rows: &[BatchRow<'_>], worker: &str) -> String {
         }),
         // No invite flags its sender.
         nulls("jsonb"),
+        // None settles, and no campaign rule counts.
+        same("0", "float8"),
+        nulls("text"),
     ]
     .join(", ")
 }

@@ -37,7 +37,15 @@ fn every_name_is_as_it_was() {
     names(
         Scope::VARIANTS,
         Scope::as_str,
-        &["sender", "ip", "recipient", "recipient_domain", "global"],
+        &[
+            "sender",
+            "ip",
+            "recipient",
+            "recipient_domain",
+            "global",
+            "fingerprint",
+            "link_domain",
+        ],
         "scope",
     );
     names(
@@ -50,6 +58,7 @@ fn every_name_is_as_it_was() {
             "links",
             "bounces",
             "complaints",
+            "distinct_senders",
         ],
         "signal",
     );
