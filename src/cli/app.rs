@@ -15,9 +15,9 @@ use super::Failure;
 #[derive(Subcommand)]
 pub enum AppCommand {
     /// Create an app; prints its webhook secret once when it has a webhook.
-    Create(AppArgs),
+    Create(Box<AppArgs>),
     /// Change an app: flags not given keep their value, an empty value clears it.
-    Update(AppArgs),
+    Update(Box<AppArgs>),
     /// List the apps.
     List {
         #[command(flatten)]
