@@ -37,6 +37,8 @@ pub fn run(args: &SimulateArgs) {
             print!("{}", simulate::to_text(&rows));
             println!("\nWhich default rule catches each sender, after how many invites:\n");
             print!("{}", sendguard::rules::simulate::to_text());
+            println!("\nMany accounts, one payload: after how many senders each rule acts:\n");
+            print!("{}", sendguard::rules::simulate::campaign::to_text());
         }
     }
 }

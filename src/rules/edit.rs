@@ -178,6 +178,24 @@ pub fn validate(input: &RuleInput) -> Result<ValidRule, Box<FieldErrors>> {
         ));
         action = Err(());
     }
+    let mut signal = signal;
+    if let (Ok(scope), Ok(s)) = (&scope, &signal) {
+        // One sender is one distinct sender; outcomes arrive without their invite's text.
+        let refused = match (scope, s) {
+            (Scope::Sender, Signal::DistinctSenders) => Some(
+                "a sender is always one distinct sender: count distinct senders of a \
+                      recipient, a text, a linked domain, an address or everyone",
+            ),
+            (Scope::Fingerprint | Scope::LinkDomain, s) if s.is_outcome() => Some(
+                "bounces and complaints are counted by sender, address or recipient, not by text",
+            ),
+            _ => None,
+        };
+        if let Some(reason) = refused {
+            errors.signal = Some(reason.into());
+            signal = Err(());
+        }
+    }
     match (scope, signal, limit, window, algorithm, action) {
         (Ok(scope), Ok(signal), Some(limit), Some(window), Ok(algorithm), Ok(action))
             if name_ok =>
@@ -395,6 +413,26 @@ mod tests {
             new_senders_only: false,
             enabled: true,
         }
+    }
+
+    #[test]
+    fn distinct_senders_count_what_many_senders_share() {
+        let of = |scope: &str, signal: &str| {
+            validate(&RuleInput {
+                scope: scope.into(),
+                signal: signal.into(),
+                action: "hold".into(),
+                ..input()
+            })
+        };
+        let text = of("fingerprint", "distinct_senders").expect("a campaign rule");
+        assert_eq!(text.quota.algorithm, Algorithm::Distinct);
+        assert!(of("link_domain", "distinct_senders").is_ok());
+        assert!(of("recipient", "distinct_senders").is_ok());
+        let one = of("sender", "distinct_senders").expect_err("one sender is one sender");
+        assert!(one.signal.is_some());
+        let text_outcomes = of("fingerprint", "bounces").expect_err("no text of an outcome");
+        assert!(text_outcomes.signal.is_some());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! which rule catches each sender after how many invites. The rules run in the in-process
 //! limiter, which gives the answers the Redis scripts give.
 
+pub mod campaign;
+
 use super::contribution::{Counting, InviteFacts};
 use super::{Action, Scope, Signal, Subjects};
 use crate::limiter::{Algorithm, Check, EdgeMode, KeyPrefix, MemoryStore, Quota};
@@ -75,7 +77,7 @@ const RULES: [DefaultRule; 4] = [
     },
 ];
 
-const START_MS: u64 = 1_700_006_400_000;
+pub(super) const START_MS: u64 = 1_700_006_400_000;
 const SPAM: &str = "Claim your prize at http://scam.example before it expires";
 const PLAIN: &str = "Join my doc, I added the figures we talked about";
 
