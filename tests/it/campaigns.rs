@@ -21,7 +21,7 @@ const SENDERS: usize = 50;
 const EACH: usize = 8;
 
 /// The pitch, with the recipient's name and the numbers changed in each.
-fn pitch(sender: usize, n: usize) -> String {
+pub(crate) fn pitch(sender: usize, n: usize) -> String {
     let names = ["Ana", "Bo", "Chidi", "Dana", "Eli", "Farah", "Gus", "Hana"];
     format!(
         "Hi {}, your parcel is waiting at our depot and could not be delivered because the \
@@ -31,7 +31,7 @@ fn pitch(sender: usize, n: usize) -> String {
     )
 }
 
-fn year_ago() -> String {
+pub(crate) fn year_ago() -> String {
     (chrono::Utc::now() - chrono::Duration::days(365)).to_rfc3339()
 }
 

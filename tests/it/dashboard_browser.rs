@@ -251,3 +251,65 @@ async fn a_moderator_reads_what_a_sender_banned_for_complaints_sent() {
     );
     b.close().await;
 }
+
+/// A moderator finds a campaign as one row of the review queue, reads it on its own page and
+/// bans all its senders with one confirmed decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moderator_bans_a_campaign_in_one_decision() {
+    let stage = Stage::start("browser_campaign", &[]).await;
+    let pool = &stage.pool;
+    sendguard::admin::accounts::add(pool, "mona", PASSWORD, Role::Moderator, "test")
+        .await
+        .expect("moderator");
+    let base = stage.base();
+    let api = Api::new(base.clone(), api_key(pool).await);
+    let created = crate::campaigns::year_ago();
+    for account in 0..8 {
+        for n in 0..2 {
+            let (status, _) = api
+                .send(json!({
+                    "sender_id": format!("acct{account:02}"),
+                    "recipient": format!("stranger{account}x{n}@mail.example"),
+                    "message": crate::campaigns::pitch(account, n),
+                    "sender_created_at": created,
+                }))
+                .await;
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
+    assert_eq!(stage.settle().await, 10, "the first five senders' invites");
+
+    let b = Browser::start().await;
+    b.goto(&format!("{base}/admin/login")).await;
+    b.fill("#username", "mona").await;
+    b.fill("#password", PASSWORD).await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_url("/admin/queue").await, "{}", b.url().await);
+    assert!(b.wait_for_text("#1, text").await, "the campaign's row");
+    assert!(
+        !b.source().await.contains("acct07"),
+        "its senders are not rows of their own"
+    );
+    b.goto(&format!("{base}/admin/campaigns")).await;
+    assert!(b.wait_for_text("your parcel is waiting").await);
+    b.screenshot(&shot("campaigns")).await;
+    b.click("a[href='/admin/campaigns/1']").await;
+    assert!(b.wait_for_text("Decide for the whole campaign").await);
+    b.screenshot(&shot("campaign")).await;
+    b.fill("#campaign-note", "parcel scam, eight accounts")
+        .await;
+    b.click("button[value='ban_all']").await;
+    assert!(b.wait_for_text("Confirm: Ban every sender").await);
+    b.click("form button.danger").await;
+    assert!(
+        b.wait_for_text("Banned 8 sender(s)").await,
+        "{}",
+        b.source().await
+    );
+    let banned: i64 = sqlx::query_scalar("SELECT count(*) FROM senders WHERE state = 'banned'")
+        .fetch_one(pool)
+        .await
+        .expect("banned");
+    assert_eq!(banned, 8);
+    b.close().await;
+}
