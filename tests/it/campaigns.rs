@@ -77,7 +77,12 @@ async fn senders_held(pool: &PgPool) -> Vec<String> {
 /// sixth account on is held; each account past the fifth is flagged once, under one campaign.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifty_account_campaign_is_held_from_the_sixth_sender() {
-    let stage = Stage::start("campaign_sixth", &[]).await;
+    let prefix = crate::support::unique_prefix("campaign");
+    let keys = prefix.clone();
+    let stage = Stage::start_with("campaign_sixth", &[], move |cfg| {
+        cfg.key_prefix = keys.as_str().to_owned()
+    })
+    .await;
     let api = Api::new(stage.base(), api_key(&stage.pool).await);
     assert_eq!(send_campaign(&api, SENDERS).await, SENDERS * EACH);
     let delivered = stage.settle().await;
@@ -100,6 +105,27 @@ async fn a_fifty_account_campaign_is_held_from_the_sixth_sender() {
     .await
     .expect("campaigns");
     assert_eq!((campaigns, flagged), (1, 45));
+    // The campaign's count keeps at most its limit and one more sender, whatever the campaign's
+    // size: well under a kilobyte.
+    let subject: String = sqlx::query_scalar("SELECT subject FROM campaigns")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("subject");
+    let rule = sendguard::rules::load_all(&stage.pool)
+        .await
+        .expect("rules")
+        .into_iter()
+        .find(|r| r.name == "campaign-text")
+        .expect("the default rule");
+    let key = prefix.key(&subject, &rule.name, &rule.quota);
+    let store = crate::support::redis_store().await;
+    let bytes: i64 = crate::support::query(
+        &store,
+        redis::cmd("MEMORY").arg("USAGE").arg(key.as_str()),
+    )
+    .await;
+    assert!((1..=1024).contains(&bytes), "{bytes} bytes");
+    println!("campaign-text key of a 50-sender campaign: {bytes} bytes");
 }
 
 /// With a settle time of a minute, the sixth sender's breach sweeps the five before it out of
