@@ -198,6 +198,7 @@ impl Services {
             passwords: Passwords::new(PASSWORD_CHECKS),
             login_key: admin::LoginKey::new(&links.derive("admin-login")),
             new_sender_days: cfg.new_sender_days,
+            settle: Duration::from_secs(cfg.settle_secs),
         };
         Ok(Services {
             pool,

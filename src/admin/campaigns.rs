@@ -262,6 +262,7 @@ pub(super) async fn decide(
         actor: &admin.0.username,
         admin_id: Some(admin.0.admin_id),
         note,
+        release_after: dashboard.settle,
     };
     match campaign::decide(
         &dashboard.pool,

@@ -64,6 +64,8 @@ pub(super) struct ConfirmPage {
     action: &'static str,
     label: String,
     consequence: &'static str,
+    /// Seconds released invites wait before they are sent, while the release can be undone.
+    undo_window: Option<u64>,
     note: String,
 }
 
@@ -110,6 +112,8 @@ pub(super) async fn review_sender(
                 action: action.as_str(),
                 label: action.label(held),
                 consequence: action.consequence(),
+                undo_window: (action.releases() && !dashboard.settle.is_zero())
+                    .then(|| dashboard.settle.as_secs()),
                 note: form.note,
             }
             .into_response());
@@ -123,6 +127,7 @@ pub(super) async fn review_sender(
         actor: &admin.0.username,
         admin_id: Some(admin.0.admin_id),
         note,
+        release_after: dashboard.settle,
     };
     let back = |notice: Notice| {
         Redirect::to(&format!("{}?{}", sender_path(&app, &id), notice.query())).into_response()

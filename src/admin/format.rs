@@ -41,6 +41,10 @@ pub enum Notice {
     Unsuppressed {
         removed: bool,
     },
+    /// Released invites held again before they left (none: all had left).
+    ReleaseUndone {
+        invites: u32,
+    },
 }
 
 /// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
@@ -65,6 +69,7 @@ impl Notice {
             "invite_decided" => Notice::InviteDecided { changed: n > 0 },
             "note_added" => Notice::NoteAdded,
             "unsuppressed" => Notice::Unsuppressed { removed: n > 0 },
+            "release_undone" => Notice::ReleaseUndone { invites: n },
             action => Notice::Reviewed {
                 action: action.parse().ok()?,
                 invites: n,
@@ -92,6 +97,7 @@ impl Notice {
             Notice::Unsuppressed { removed } => {
                 format!("done=unsuppressed&n={}", u8::from(removed))
             }
+            Notice::ReleaseUndone { invites } => format!("done=release_undone&n={invites}"),
         }
     }
 
@@ -129,6 +135,12 @@ impl Notice {
             Notice::Unsuppressed { removed: false } => {
                 "That recipient was not on the list; nothing changed.".into()
             }
+            Notice::ReleaseUndone { invites: 0 } => {
+                "Nothing to undo: the released invites had already left.".into()
+            }
+            Notice::ReleaseUndone { invites } => format!(
+                "Undone: {invites} released invite(s) are held again; none of them was sent."
+            ),
         }
     }
 }

@@ -28,6 +28,34 @@ pub(super) struct InviteForm {
     decision: String,
 }
 
+#[derive(Deserialize)]
+pub(super) struct UndoForm {
+    csrf: String,
+    #[serde(default)]
+    sender: String,
+}
+
+/// Holds again the released invites of a sender that have not left yet.
+pub(super) async fn undo_release(
+    State(dashboard): State<Dashboard>,
+    admin: Admin,
+    Path((app, id)): Path<(String, String)>,
+    axum::Form(form): axum::Form<UndoForm>,
+) -> Result<Response, AdminError> {
+    admin.check_csrf(&form.csrf)?;
+    same_sender(&form.sender, &app, &id)?;
+    let sender = sender_of(&dashboard, &app, &id)?;
+    let held = review::undo_release(
+        &dashboard.pool,
+        &sender,
+        &admin.0.username,
+        Some(admin.0.admin_id),
+    )
+    .await?;
+    let invites = u32::try_from(held).unwrap_or(u32::MAX);
+    Ok(back(&app, &id, Notice::ReleaseUndone { invites }))
+}
+
 pub(super) async fn decide_invite(
     State(dashboard): State<Dashboard>,
     admin: Admin,
@@ -50,6 +78,7 @@ pub(super) async fn decide_invite(
         decision,
         &admin.0.username,
         Some(admin.0.admin_id),
+        dashboard.settle,
     )
     .await;
     match decided {

@@ -53,6 +53,8 @@ pub struct Dashboard {
     pub login_key: LoginKey,
     /// Days a sender counts as new (for backtests of `new_senders_only` rules and the queue).
     pub new_sender_days: i64,
+    /// How long released invites wait before they are sent: a release can be undone meanwhile.
+    pub settle: std::time::Duration,
 }
 
 impl Dashboard {
@@ -112,6 +114,10 @@ where
             post(held::decide_invite),
         )
         .route("/admin/senders/{app}/{id}/notes", post(held::add_note))
+        .route(
+            "/admin/senders/{app}/{id}/undo-release",
+            post(held::undo_release),
+        )
         .route("/admin/static/admin.css", get(stylesheet))
 }
 

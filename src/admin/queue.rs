@@ -252,6 +252,7 @@ pub(super) async fn confirm_selected(
             actor: &admin.0.username,
             admin_id: Some(admin.0.admin_id),
             note,
+            release_after: dashboard.settle,
         };
         match super::decide::apply(&dashboard, &review).await {
             Ok(_) => confirmed += 1,

@@ -18,7 +18,7 @@ use super::session::Admin;
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::SenderState;
-use crate::moderation::review::ReviewAction;
+use crate::moderation::review::{self, ReviewAction};
 use crate::moderation::senders::{self, Sender, SentInvite};
 use crate::rules::{self, Scope, Signal};
 use crate::sender_key::SenderKey;
@@ -248,6 +248,9 @@ pub(super) struct SenderPage {
     more: bool,
     notice: Option<String>,
     error: Option<String>,
+    /// Released invites still waiting for their settle time, and when the first leaves: the
+    /// release can be undone until then.
+    releases_waiting: Option<(i64, String)>,
 }
 
 /// The live counters of the sender-scoped rules, read without counting (cost 0).
@@ -314,9 +317,14 @@ pub(super) async fn render_sender(
     let (bounces, complaints) = senders::outcomes_last_day(pool, key).await?;
     let history = audit::of_sender(pool, key).await?;
     let (counters, counters_error) = counters(dashboard, key).await;
+    let releases_waiting = match review::releases_waiting(pool, key).await? {
+        (n, Some(leaves)) if n > 0 => Some((n, time(Some(leaves)))),
+        _ => None,
+    };
     let more = invites.len() as i64 > PAGE;
     let decisions = decisions(&sender);
     Ok(SenderPage {
+        releases_waiting,
         layout: admin.layout(),
         confirming: decisions.iter().any(|d| d.confirm),
         decisions,

@@ -39,6 +39,8 @@ pub struct CampaignReview<'a> {
     pub actor: &'a str,
     pub admin_id: Option<i64>,
     pub note: Option<&'a str>,
+    /// How long released invites wait before they are sent (`SENDGUARD_SETTLE_SECS`).
+    pub release_after: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +143,8 @@ async fn release(
 ) -> Result<CampaignDecided, sqlx::Error> {
     let (senders, invites): (i64, i64) = sqlx::query_as(
         "WITH released AS (
-             UPDATE invites SET status = 'queued', next_attempt_at = now(),
+             UPDATE invites SET status = 'queued',
+                 next_attempt_at = now() + make_interval(secs => $3),
                  decision = decision || jsonb_build_object('decided',
                      jsonb_build_object('status', 'queued', 'by', $2::text, 'at', now()))
              WHERE campaign_keys @> ARRAY[$1::text] AND status = 'held'
@@ -155,6 +158,7 @@ async fn release(
     )
     .bind(subject)
     .bind(review.actor)
+    .bind(review.release_after.as_secs_f64())
     .fetch_one(&mut **tx)
     .await?;
     sqlx::query(
@@ -206,6 +210,7 @@ async fn ban_all(
                 actor: review.actor,
                 admin_id: review.admin_id,
                 note: review.note,
+                release_after: std::time::Duration::ZERO,
             },
         )
         .await;

@@ -156,6 +156,11 @@ impl ReviewAction {
         }
     }
 
+    /// Whether the decision sends held invites to their recipients.
+    pub fn releases(self) -> bool {
+        self.held_become() == Some("queued")
+    }
+
     /// What confirming the decision sets in motion, and what can still be undone after it.
     pub fn consequence(self) -> &'static str {
         match self.held_become() {

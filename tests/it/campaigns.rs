@@ -119,11 +119,8 @@ async fn a_fifty_account_campaign_is_held_from_the_sixth_sender() {
         .expect("the default rule");
     let key = prefix.key(&subject, &rule.name, &rule.quota);
     let store = crate::support::redis_store().await;
-    let bytes: i64 = crate::support::query(
-        &store,
-        redis::cmd("MEMORY").arg("USAGE").arg(key.as_str()),
-    )
-    .await;
+    let bytes: i64 =
+        crate::support::query(&store, redis::cmd("MEMORY").arg("USAGE").arg(key.as_str())).await;
     assert!((1..=1024).contains(&bytes), "{bytes} bytes");
     println!("campaign-text key of a 50-sender campaign: {bytes} bytes");
 }

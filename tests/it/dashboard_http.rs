@@ -1073,3 +1073,83 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
     .expect("audit");
     assert_eq!(dismissed, 1);
 }
+
+/// With a settle time, a release a reviewer regrets is undone before its invites leave: they
+/// are held again, the sender is shadow-banned again, and nothing reaches the recipients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_undone_before_its_invites_leave() {
+    let inner = app::Stage::start_prepared(
+        "dashundo",
+        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 3).await,
+        |cfg| cfg.settle_secs = 60,
+    )
+    .await;
+    sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
+        .await
+        .expect("admin");
+    let stage = Stage {
+        base: inner.base(),
+        api: Api::new(inner.base(), api_key(&inner.pool).await),
+        inner,
+    };
+    for n in 0..6 {
+        stage.invite("pills", &format!("p{n}@example.com")).await;
+    }
+    assert_eq!(sender_state(&stage.pool, "pills").await, "shadow_banned");
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/pills").await;
+    let fields = [
+        ("csrf", page.field("csrf")),
+        ("version", page.field("version")),
+        ("held", page.field("held")),
+        ("action", "lift_and_release".to_owned()),
+        ("confirmed", "yes".to_owned()),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let done = stage.review(&browser, "default/pills", &fields).await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sender_state(&stage.pool, "pills").await, "active");
+    let (_, page) = stage.get(&browser, "/admin/senders/default/pills").await;
+    assert!(
+        page.text()
+            .contains("3 released invite(s) of this sender wait"),
+        "{page}"
+    );
+    let undo = browser
+        .post(format!(
+            "{}/admin/senders/default/pills/undo-release",
+            stage.base
+        ))
+        .form(&[
+            ("csrf", page.field("csrf")),
+            ("sender", "default/pills".into()),
+        ])
+        .send()
+        .await
+        .expect("undo");
+    assert_eq!(undo.status(), StatusCode::SEE_OTHER);
+    let (_, page) = stage
+        .get(
+            &browser,
+            undo.headers()["location"].to_str().expect("location"),
+        )
+        .await;
+    assert!(
+        page.text()
+            .contains("Undone: 3 released invite(s) are held again"),
+        "{page}"
+    );
+    assert_eq!(sender_state(&stage.pool, "pills").await, "shadow_banned");
+    let statuses: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM invites GROUP BY 1 ORDER BY 1")
+            .fetch_all(&stage.pool)
+            .await
+            .expect("statuses");
+    assert_eq!(
+        statuses,
+        [("held".to_owned(), 3), ("queued".to_owned(), 3)],
+        "the released three held again; the first three still settling"
+    );
+    assert!(stage.sink.messages().is_empty(), "nothing was sent");
+}

@@ -105,6 +105,7 @@ impl Stage {
             actor: "alice",
             admin_id: None,
             note: Some("checked the account"),
+            release_after: std::time::Duration::ZERO,
         };
         apply(
             &self.pool,
@@ -339,6 +340,7 @@ async fn a_lift_whose_counters_cannot_be_cleared_changes_nothing() {
         actor: "alice",
         admin_id: None,
         note: None,
+        release_after: std::time::Duration::ZERO,
     };
     let refused = apply(&stage.pool, &gone, &stage.prefix, &stage.rules, &lift).await;
     assert!(
@@ -438,6 +440,7 @@ async fn a_lift_waiting_on_a_slow_redis_holds_no_lock_on_the_sender() {
         actor: "alice",
         admin_id: None,
         note: None,
+        release_after: std::time::Duration::ZERO,
     };
     let (pool, prefix, rules) = (&stage.pool, &stage.prefix, &stage.rules);
     let lifting = apply(pool, &slow, prefix, rules, &lift);

@@ -638,6 +638,7 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
                     actor: "alice",
                     admin_id: None,
                     note: None,
+                    release_after: std::time::Duration::ZERO,
                 },
             )
             .await
