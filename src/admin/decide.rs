@@ -113,7 +113,7 @@ pub(super) async fn review_sender(
                 label: action.label(held),
                 consequence: action.consequence(),
                 undo_window: (action.releases() && !dashboard.settle.is_zero())
-                    .then(|| dashboard.settle.as_secs()),
+                    .then_some(dashboard.settle.as_secs()),
                 note: form.note,
             }
             .into_response());

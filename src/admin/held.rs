@@ -66,7 +66,9 @@ pub(super) async fn decide_invite(
     same_sender(&form.sender, &app, &id)?;
     let sender = sender_of(&dashboard, &app, &id)?;
     let decision = match form.decision.as_str() {
-        "release" => InviteDecision::Release,
+        "release" => InviteDecision::Release {
+            after: dashboard.settle,
+        },
         "discard" => InviteDecision::Discard,
         _ => return Err(AdminError::BadForm("decide release or discard".into())),
     };
@@ -78,7 +80,6 @@ pub(super) async fn decide_invite(
         decision,
         &admin.0.username,
         Some(admin.0.admin_id),
-        dashboard.settle,
     )
     .await;
     match decided {

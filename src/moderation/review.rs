@@ -362,23 +362,34 @@ pub async fn undo_release(
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InviteDecision {
-    /// Send it: back to the queue, not counted again.
-    Release,
+    /// Send it, `after` this long (the settle time, while the release can be undone): back to
+    /// the queue, not counted again.
+    Release {
+        after: std::time::Duration,
+    },
     Discard,
 }
 
 impl InviteDecision {
     fn status(self) -> &'static str {
         match self {
-            InviteDecision::Release => "queued",
+            InviteDecision::Release { .. } => "queued",
             InviteDecision::Discard => "discarded",
         }
     }
 
     fn action(self) -> &'static str {
         match self {
-            InviteDecision::Release => "release_invite",
+            InviteDecision::Release { .. } => "release_invite",
             InviteDecision::Discard => "discard_invite",
+        }
+    }
+
+    /// Seconds a released invite waits.
+    fn wait_secs(self) -> f64 {
+        match self {
+            InviteDecision::Release { after } => after.as_secs_f64(),
+            InviteDecision::Discard => 0.0,
         }
     }
 }
@@ -396,7 +407,6 @@ pub async fn decide_invite(
     decision: InviteDecision,
     actor: &str,
     admin_id: Option<i64>,
-    release_after: std::time::Duration,
 ) -> Result<bool, ReviewError> {
     let mut tx = pool.begin().await?;
     lock_at(&mut tx, sender, seen_version).await?;
@@ -413,7 +423,7 @@ pub async fn decide_invite(
     .bind(decision.status())
     .bind(sender.app_id)
     .bind(actor)
-    .bind(release_after.as_secs_f64())
+    .bind(decision.wait_secs())
     .execute(&mut *tx)
     .await?
     .rows_affected()
