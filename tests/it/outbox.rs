@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, config, connections_down_to, migrated, wait_for};
+use crate::support::app::{
+    Stage, api_key, config, connections_down_to, key_id, migrated, queue, wait_for,
+};
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -421,32 +423,4 @@ async fn becomes(pool: &sqlx::PgPool, recipient: &str, status: &str, secs: u64) 
             == status
     })
     .await
-}
-
-async fn key_id(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar("SELECT id FROM api_keys")
-        .fetch_one(pool)
-        .await
-        .expect("key id")
-}
-
-/// Invites to `recipients`, queued and due, as a writer would have left them.
-async fn queue(pool: &sqlx::PgPool, key_id: i64, recipients: &[&str]) {
-    sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'queued') ON CONFLICT DO NOTHING")
-        .execute(pool)
-        .await
-        .expect("sender");
-    for recipient in recipients {
-        sqlx::query(
-            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-                 status, decision, next_attempt_at)
-             VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}', now())",
-        )
-        .bind(uuid::Uuid::new_v4())
-        .bind(key_id)
-        .bind(recipient)
-        .execute(pool)
-        .await
-        .expect("queued invite");
-    }
 }

@@ -357,6 +357,35 @@ pub async fn connections_down_to(db: &str, left: i64) -> bool {
     closed
 }
 
+/// The id of the test database's only API key.
+pub async fn key_id(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT id FROM api_keys")
+        .fetch_one(pool)
+        .await
+        .expect("key id")
+}
+
+/// Invites to `recipients`, queued and due, as a writer would have left them.
+pub async fn queue(pool: &PgPool, key_id: i64, recipients: &[&str]) {
+    sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'queued') ON CONFLICT DO NOTHING")
+        .execute(pool)
+        .await
+        .expect("sender");
+    for recipient in recipients {
+        sqlx::query(
+            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+                 status, decision, next_attempt_at)
+             VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}', now())",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(key_id)
+        .bind(recipient)
+        .execute(pool)
+        .await
+        .expect("queued invite");
+    }
+}
+
 /// Invites still waiting for the outbox.
 pub async fn queued(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'queued'")
