@@ -15,7 +15,7 @@ use lettre::message::Mailbox;
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -161,6 +161,26 @@ pub struct Outbox {
     marks: Batcher<Row, ()>,
     handoff: Handoff,
     handed: Mutex<mpsc::Receiver<Handed>>,
+    /// Rounds asked for from outside ([`Rounds`]), each answered when it is done.
+    asking: mpsc::Sender<oneshot::Sender<usize>>,
+    asked: Mutex<mpsc::Receiver<oneshot::Sender<usize>>>,
+}
+
+/// Runs one round of an outbox at once and waits for it, so that a test reads what was sent
+/// once it is sent instead of waiting out the outbox's own pace.
+#[derive(Clone)]
+pub struct Rounds(mpsc::Sender<oneshot::Sender<usize>>);
+
+impl Rounds {
+    /// One round: the invites handed over so far, then one claim of the due ones. Answers how
+    /// many invites it took (none once the outbox has stopped).
+    pub async fn run_one(&self) -> usize {
+        let (answer, answered) = oneshot::channel();
+        if self.0.send(answer).await.is_err() {
+            return 0;
+        }
+        answered.await.unwrap_or(0)
+    }
 }
 
 impl Outbox {
@@ -175,6 +195,7 @@ impl Outbox {
     ) -> Self {
         let worker_id = format!("{}-{}", std::process::id(), Uuid::new_v4().simple());
         let (handoff, handed) = Handoff::new(&worker_id, settings.lease);
+        let (asking, asked) = mpsc::channel(8);
         let (marking, marker) = (db.clone(), worker_id.clone());
         // One commit at a time: marks that arrive meanwhile go together in the next.
         let marks = Batcher::start(MARKS_AT_ONCE, 1, move |rows: Vec<Row>| {
@@ -198,7 +219,14 @@ impl Outbox {
             marks,
             handoff,
             handed: Mutex::new(handed),
+            asking,
+            asked: Mutex::new(asked),
         }
+    }
+
+    /// Where rounds are asked for.
+    pub fn rounds(&self) -> Rounds {
+        Rounds(self.asking.clone())
     }
 
     /// Where the writer hands fresh invites over.
@@ -208,9 +236,10 @@ impl Outbox {
 
     /// Runs until `stop` is cancelled, finishing the round in hand, then releases what was
     /// handed over and not sent. Claims every `idle` pause, and again at once after a full
-    /// claim, however busy the handoff is.
+    /// claim, however busy the handoff is; and runs a round whenever one is asked for.
     pub async fn run(self, stop: CancellationToken) {
         let mut handed = self.handed.lock().await;
+        let mut asked = self.asked.lock().await;
         let most = self.settings.batch as usize * 8;
         let mut in_hand = Vec::with_capacity(most);
         let mut claim_at = Instant::now();
@@ -230,6 +259,18 @@ impl Outbox {
                     if let Err(e) = self.deliver_handed(in_hand.drain(..)).await {
                         tracing::warn!(error = %e, "outbox round failed");
                     }
+                }
+                Some(answer) = asked.recv() => {
+                    in_hand.extend(std::iter::from_fn(|| handed.try_recv().ok()).take(most));
+                    let taken = in_hand.len();
+                    if let Err(e) = self.deliver_handed(in_hand.drain(..)).await {
+                        tracing::warn!(error = %e, "outbox round failed");
+                    }
+                    let claimed = self.round().await.unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "outbox round failed");
+                        0
+                    });
+                    let _ = answer.send(taken + claimed);
                 }
                 _ = tokio::time::sleep_until(claim_at.into()) => {}
                 _ = stop.cancelled() => {}

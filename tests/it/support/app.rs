@@ -386,6 +386,17 @@ pub async fn queue(pool: &PgPool, key_id: i64, recipients: &[&str]) {
     }
 }
 
+/// Drives rounds of `app`'s outbox until no invite is queued (a retry is due after its backoff,
+/// so this takes up to 15 s); when it returns, every send of those rounds has been answered.
+pub async fn delivered(app: &sendguard::Running, pool: &PgPool) {
+    let done = wait_for(Duration::from_secs(15), || async {
+        app.outbox_round().await;
+        queued(pool).await == 0
+    })
+    .await;
+    assert!(done, "invites are still queued");
+}
+
 /// Invites still waiting for the outbox.
 pub async fn queued(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'queued'")
@@ -505,15 +516,11 @@ impl Stage {
         format!("http://{}", self.app.addr)
     }
 
-    /// Waits until the outbox has nothing left to send, and a little longer so a late extra
-    /// message would still be seen; returns how many messages the sink holds.
+    /// Drives the outbox until it has nothing left to send; returns how many messages the sink
+    /// holds.
     pub async fn settle(&self) -> usize {
         flags_done(&self.pool).await;
-        wait_for(Duration::from_secs(15), || async {
-            queued(&self.pool).await == 0
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        delivered(&self.app, &self.pool).await;
         self.sink.messages().len()
     }
 }
