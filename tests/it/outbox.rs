@@ -1,5 +1,5 @@
 //! The outbox: giving up after the configured attempts, taking over a dead instance's claim, and
-//! the file transport of a machine without a mail server.
+//! the file transport of a machine without a mail server (hourly folders).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,20 +154,35 @@ async fn without_smtp_messages_are_written_as_eml_files() {
     let app = sendguard::start(&cfg).await.expect("start");
     let key = api_key(&pool).await;
     send_invite(app.addr, &key, "f", "file@example.com").await;
-    // The transport writes the file in place: it is read once its last line is there.
-    let eml = |dir: &std::path::Path| {
+    // One folder for the hour, one file in it. The transport writes the file in place: it is
+    // read once its last line is there.
+    let only = |dir: &std::path::Path| {
         let entries: Vec<_> = std::fs::read_dir(dir).ok()?.collect();
         let [Ok(entry)] = &entries[..] else {
             return None;
         };
-        let raw = std::fs::read_to_string(entry.path()).ok()?;
+        Some(entry.path())
+    };
+    let eml = |dir: &std::path::Path| {
+        let path = only(&only(dir)?)?;
+        let raw = std::fs::read_to_string(&path).ok()?;
         raw.contains("They shared: \"doc_42\"")
-            .then(|| (entry.path(), raw))
+            .then_some((path, raw))
     };
     let written = wait_for(Duration::from_secs(10), || async { eml(&dir).is_some() }).await;
-    assert!(written, "no complete .eml file in {}", dir.display());
+    assert!(written, "no complete .eml file under {}", dir.display());
     let (path, raw) = eml(&dir).expect("the file just read");
     assert_eq!(path.extension().and_then(|e| e.to_str()), Some("eml"));
+    let hour = path
+        .parent()
+        .and_then(|folder| folder.file_name())
+        .and_then(|name| name.to_str())
+        .expect("the file's folder");
+    assert!(
+        chrono::NaiveDateTime::parse_from_str(&format!("{hour}:00"), "%Y-%m-%d-%H:%M").is_ok(),
+        "the file is not in an hourly folder: {}",
+        path.display()
+    );
     assert!(raw.contains("To: file@example.com"), "{raw}");
     // The default app names no product; the resource stays in the body.
     assert!(raw.contains("Subject: Bo sent you an invitation"), "{raw}");
