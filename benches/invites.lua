@@ -1,8 +1,11 @@
 -- wrk script for POST /api/v1/invites with realistic traffic (benches/invites.sh runs it).
 --
 -- Many senders (SENDERS, default 20,000, named SENDER_PREFIX followed by a number, default "u")
--- invite recipients drawn from a smaller pool (RECIPIENTS, default 5,000) so some addresses
--- repeat; SPAM_SHARE of requests (default 0.02) come from five spammers far over their hourly
+-- invite recipients drawn from a pool (RECIPIENTS, default 5,000; the benchmarks scale both with
+-- the run, benches/servers.sh) so some addresses repeat. Ordinary senders are established
+-- accounts (`sender_created_at` a year back) and write realistic messages: a shared standard
+-- text, personal notes, some with a link, some none (TRAFFIC=suppressed: the bare invites of the
+-- runs before, without message or account age). SPAM_SHARE of requests (default 0.02) come from five spammers far over their hourly
 -- limit. Each ordinary sender invites from one address of its own, as a user of an app does
 -- from their browser, and the spammers from a new address each time, as through rotating
 -- proxies (SENDER_IPS=random gives every invite a random address, the traffic of the runs before
@@ -18,6 +21,36 @@ local rate = tonumber(os.getenv("RATE") or "0")
 local sender_prefix = os.getenv("SENDER_PREFIX") or "u"
 local spam_share = tonumber(os.getenv("SPAM_SHARE") or "0.02")
 local random_ips = os.getenv("SENDER_IPS") == "random"
+local bare = os.getenv("TRAFFIC") == "suppressed"
+
+-- The texts of ordinary invites, by share: the product's standard text, personal notes, notes
+-- with a link (`%d` becomes a number), and no message at all.
+local standard = "You have been invited to join the team workspace. Accept to see the shared " ..
+  "documents, comment on them and get updates when they change."
+local personal = {
+  "Hi! Adding you to the project so you can see the plan for next week.",
+  "Here is the budget sheet we talked about on Tuesday. Let me know what you think.",
+  "Welcome aboard! This is where we keep the onboarding notes.",
+  "Can you review the draft before Friday? Thanks a lot.",
+  "Sharing the photos from the weekend with everyone.",
+  "Inviting you so we can plan the reunion together.",
+}
+local linked = {
+  "The notes from today are here: https://docs.example.org/d/%d",
+  "Please read https://wiki.example.com/page/%d before the meeting.",
+  "Agenda and slides: https://example.net/meet/%d (the recording follows).",
+}
+local function message()
+  local pick = math.random()
+  if pick < 0.45 then
+    return standard
+  elseif pick < 0.80 then
+    return personal[math.random(#personal)]
+  elseif pick < 0.95 then
+    return string.format(linked[math.random(#linked)], math.random(1, 1000000))
+  end
+  return nil
+end
 
 wrk.method = "POST"
 wrk.path = "/api/v1/invites"
@@ -68,10 +101,13 @@ local function random_ip()
 end
 
 function request()
-  local sender, ip
+  local sender, ip, text, established
   if math.random() < spam_share then
     sender, ip = "spammer" .. math.random(1, 5), random_ip()
+    text = string.format("Claim your prize now at https://prize.example.com/c/%d", math.random(1, 1000000))
   else
+    established = true
+    text = message()
     local n = math.random(1, senders)
     sender = sender_prefix .. n
     -- 172.16.0.0/12 holds a million senders' own addresses, apart from the spammers' 10/8.
@@ -79,9 +115,18 @@ function request()
       string.format("172.%d.%d.%d", 16 + math.floor(n / 65536) % 16, math.floor(n / 256) % 256, n % 256)
   end
   local body = string.format(
-    '{"sender_id":"%s","recipient":"r%d@example.com","sender_ip":"%s","resource":"doc-%d"}',
+    '{"sender_id":"%s","recipient":"r%d@example.com","sender_ip":"%s","resource":"doc-%d"',
     sender, math.random(1, recipients), ip, math.random(1, 100000))
-  return wrk.format(nil, nil, nil, body)
+  if not bare then
+    -- The texts hold no quote or backslash: they go into the JSON as they are.
+    if text then
+      body = body .. ',"message":"' .. text .. '"'
+    end
+    if established then
+      body = body .. ',"sender_created_at":"2025-01-15T09:30:00Z"'
+    end
+  end
+  return wrk.format(nil, nil, nil, body .. "}")
 end
 
 function done(summary, latency, requests)

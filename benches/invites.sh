@@ -7,20 +7,26 @@
 #                                                    of the writer and of the other Postgres
 #                                                    processes took in the paced phase)
 #   BENCH_PORT, and RECIPIENTS, SENDERS, RATE as benches/invites.lua reads them, change the
-#   defaults of the ports and of the traffic.
+#   defaults of the ports and of the traffic. TRAFFIC=suppressed: the traffic of the runs
+#   before (5,000 recipients, most invites suppressed) instead of traffic that mostly delivers.
+#   PG_SETTINGS, BENCH_DIR, PG_BIN: see benches/servers.sh.
 #   CEILING_CLIENTS, SATURATION_CONNECTIONS  (defaults "16 64" and "32 64 128"; "" skips them) the
 #                                             other concurrencies of step 5.
 #
-# Starts `sendguard serve` (release build) on a fresh database `sendguard_bench`, with the weeks
-# of `invites` that 90 days' retention keeps, and a Redis server of its own (keys under the
-# default prefix `sg`, so that their bytes are those of a deployment's keys), mail to the file
-# transport, then:
+# Starts a PostgreSQL of its own configured as a small production server (autovacuum on; its
+# settings are printed with the figures), a Redis server of its own (keys under the default
+# prefix `sg`, so that their bytes are those of a deployment's keys) and Postfix's smtp-sink
+# (benches/servers.sh), then `sendguard serve` (release build) on a fresh database with the weeks
+# of `invites` that 90 days' retention keeps, mail through the pooled SMTP transport to the sink.
+# The traffic mostly delivers: senders and recipients scale with the run (benches/servers.sh,
+# `traffic_for`), established senders, realistic messages (benches/invites.lua). Then:
 #   1. ceiling    pgbench inserting one invite-shaped row per transaction (same table, indexes
 #                 and JSON decision as `invites`), CONNECTIONS clients;
 #   2. saturation wrk, CONNECTIONS connections, realistic traffic (benches/invites.lua), then
 #                 the ceiling again: the ratio is to the higher of the two ceilings;
 #   3. paced      wrk at 1,000 requests/s, for latency at a fixed load, and how many WAL
-#                 segments Postgres created meanwhile (each one stalls every commit);
+#                 segments Postgres created meanwhile (each one stalls every commit); then the
+#                 same on the file transport (hourly folders on the scratch disk);
 #   4. global-hot saturation again with SENDGUARD_GLOBAL_FLUSH_MS=0: the `global` rule counted in
 #                 Redis on every invite (one hot key) instead of in process and flushed;
 #   5. sweep      each side at other concurrencies, after what one invite costs is measured:
@@ -29,8 +35,10 @@
 #                 request waits on Redis or on the writer, and pgbench can lose to its own
 #                 contention at many clients: the best ratio is the service's best rate at any
 #                 concurrency against pgbench's best.
-# For each phase it prints throughput, latency and the CPU share (of all cores) used by
-# sendguard, PostgreSQL, Redis and the load generator, then what one invite costs.
+# For each phase it prints throughput (accepted invites and delivered emails per second),
+# latency, the outbox's depth and the age of its oldest queued invite at the phase's end, and the
+# CPU share (of all cores) used by sendguard, PostgreSQL, Redis and the load generator, then what
+# one invite costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,42 +48,62 @@ threads=2
 port=${BENCH_PORT:-18080}
 metrics_port=$((port + 1))
 redis_port=$((port + 2))
+pg_port=$((port + 3))
+smtp_port=$((port + 4))
 redis_url=redis://127.0.0.1:$redis_port
 db=sendguard_bench
 # Without TLS on both sides: pgbench (libpq) would use TLS by default wherever the server has
 # `ssl = on`, as Debian's has, and the service by its own default too, each paying the cipher on
 # loopback. One transport for both, so that the ratio compares the work and not the encryption.
 export PGSSLMODE=disable
-db_url=postgres://postgres@127.0.0.1:5432/$db?sslmode=disable
+db_url=postgres://postgres@127.0.0.1:$pg_port/$db?sslmode=disable
 prefix=sg
 hz=$(getconf CLK_TCK)
 cores=$(nproc)
+# shellcheck source=benches/servers.sh
+. benches/servers.sh
 
 [ "${TRACE_WAL_FLUSH:-0}" != 1 ] || command -v perf >/dev/null ||
   { echo "benches/invites.sh: TRACE_WAL_FLUSH=1 needs perf (Debian: linux-perf)" >&2; exit 1; }
-for cmd in wrk pgbench psql redis-cli redis-server; do
-  command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server)" >&2; exit 1; }
+for cmd in wrk pgbench psql redis-cli redis-server curl; do
+  command -v "$cmd" >/dev/null || { echo "benches/invites.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server, curl)" >&2; exit 1; }
 done
 
 # SENDGUARD_BIN: a binary built elsewhere (another commit's, to compare two builds in turn).
 bin=${SENDGUARD_BIN:-./target/release/sendguard}
 [ -n "${SENDGUARD_BIN:-}" ] || cargo build --release -q
-psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)"
+mail=
+cleanup() {
+  stop_serve
+  [ -z "${trace_pid:-}" ] || kill "$trace_pid" 2>/dev/null || true
+  rm -f "${trace_file:-}"
+  stop_servers
+  [ -z "$mail" ] || rm -rf "$mail" "$mail.log"
+}
+trap cleanup EXIT
+start_postgres "$pg_port"
+start_redis "$redis_port"
+start_smtp_sink "$smtp_port"
+psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE $db"
 DATABASE_URL=$db_url $bin migrate >/dev/null
 key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
-# tmpfs when there is one: on ext4, creating files in a busy folder costs more than sending.
-mail=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
-pgsql() { psql -q -At -h 127.0.0.1 -U postgres -d "$db" "$@"; }
+# The file transport's folder, on the same disk as the database (its run writes hourly folders).
+mail=$(mktemp -d -p "$pg_dir")
+pgsql() { psql -q -At -h 127.0.0.1 -p "$pg_port" -U postgres -d "$db" "$@"; }
 # The weeks of `invites` an installation with the default 90 days' retention holds: a statement
 # that does not name an invite's week searches every one of them.
 pgsql -c "SELECT sendguard_invite_weeks(now() - interval '90 days', 2)" >/dev/null
 
-# `serve` with global rules flushed every $1 ms (0: every invite counts in Redis).
+# `serve` with global rules flushed every $1 ms (0: every invite counts in Redis), mail through
+# SMTP to the sink, or with $2 = file to the file transport.
 serve_pid=
 start_serve() {
-  DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix SENDGUARD_GLOBAL_FLUSH_MS=$1 \
+  local smtp=smtp://127.0.0.1:$smtp_port
+  [ "${2:-smtp}" != file ] || smtp=
+  env ${smtp:+SENDGUARD_SMTP_URL=$smtp} \
+    DATABASE_URL=$db_url REDIS_URL=$redis_url SENDGUARD_KEY_PREFIX=$prefix SENDGUARD_GLOBAL_FLUSH_MS=$1 \
     SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_METRICS_LISTEN=127.0.0.1:$metrics_port SENDGUARD_MAIL_DIR=$mail RUST_LOG=warn \
-    $bin serve >/dev/null 2>>"$mail.log" &
+    SENDGUARD_PUBLIC_URL=https://sendguard.example.com $bin serve >/dev/null 2>>"$mail.log" &
   serve_pid=$!
   for _ in $(seq 1 100); do
     curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
@@ -85,43 +113,22 @@ start_serve() {
   exit 1
 }
 stop_serve() {
+  [ -n "$serve_pid" ] || return 0
   kill "$serve_pid" 2>/dev/null || true
   wait "$serve_pid" 2>/dev/null || true
 }
-cleanup() {
-  stop_serve
-  [ -z "${trace_pid:-}" ] || kill "$trace_pid" 2>/dev/null || true
-  rm -f "${trace_file:-}"
-  kill "$redis_pid" 2>/dev/null || true
-  rm -rf "$mail" "$mail.log"
-}
-redis_pid=
-trap cleanup EXIT
-# Without persistence, as the shared server runs.
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
-redis_pid=$!
-for _ in $(seq 1 50); do
-  redis-cli -u "$redis_url" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
-redis-cli -u "$redis_url" ping >/dev/null || { echo "benches/invites.sh: redis-server did not start" >&2; exit 1; }
+# The run's traffic: six load phases of $secs seconds at up to 20,000 invites a second.
+traffic_for $((6 * secs * 20000))
 start_serve 200
 
-# CPU ticks (user + system) of a process; of PostgreSQL, every backend plus what the postmaster
-# reaped from backends that exited during the phase.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-postmaster=$(pgrep -o -x postgres)
-pg_ticks() {
-  local total=0 pid
-  for pid in $(pgrep -x postgres); do total=$((total + $(ticks "$pid"))); done
-  echo $((total + $(awk '{print $16 + $17}' "/proc/$postmaster/stat")))
-}
 # Busy ticks of the whole machine (all cores), from /proc/stat.
 busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 # Runs a load command and prints the CPU shares (0-1 of all cores) of sendguard, PostgreSQL,
-# Redis, the load generator and the whole machine on its last line, after the command's output.
+# Redis, the load generator and the whole machine on its last line, after the command's output,
+# and before it the emails delivered per second and the outbox at the end (depth, oldest in s).
 measured() {
-  local s0 p0 r0 b0 t0 t1 load_pid
+  local s0 p0 r0 b0 t0 t1 load_pid d0
+  d0=$(delivered_count "$metrics_port")
   s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); b0=$(busy_ticks); t0=$(date +%s.%N)
   "$@" &
   load_pid=$!
@@ -132,6 +139,9 @@ measured() {
   done
   wait "$load_pid"
   t1=$(date +%s.%N)
+  read -r depth oldest < <(outbox_state "$pg_port" "$db")
+  awk -v d=$(($(delivered_count "$metrics_port") - d0)) -v t="$(echo "$t1 - $t0" | bc)" -v q="$depth" -v o="$oldest" \
+    'BEGIN { printf "DELIVERED per_sec=%.1f outbox=%d oldest_s=%s\n", d / t, q, o }'
   awk -v t="$(echo "$t1 - $t0" | bc)" -v hz="$hz" -v n="$cores" \
     -v s=$(($(ticks "$serve_pid") - s0)) -v p=$(($(pg_ticks) - p0)) -v r=$(($(ticks "$redis_pid") - r0)) -v l="$l" \
     -v b=$(($(busy_ticks) - b0)) \
@@ -159,7 +169,7 @@ VALUES (gen_random_uuid(), 1, 1, 'u' || :n, 'r' || :r || '@example.com', 'exampl
     '{"rules": [["global-minute", 60548, 10000, 60, "exceeded"], ["ip-hourly", 7, 300, 3600, "ok"], ["new-sender-links", 0, 0, 86400, "ok"], ["recipient-daily", 3, 3, 86400, "ok"], ["sender-bounces-daily", 0, 10, 86400, "ok"], ["sender-complaints-daily", 0, 2, 86400, "ok"], ["sender-daily", 7, 500, 86400, "ok"], ["sender-distinct-recipients-daily", 7, 100, 86400, "ok"], ["sender-hourly", 7, 60, 3600, "ok"]], "action": "monitor", "reason": "rules"}',
     now());
 SQL
-  out=$(measured pgbench -h 127.0.0.1 -U postgres -n -M prepared -c "$clients" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)
+  out=$(measured pgbench -h 127.0.0.1 -p "$pg_port" -U postgres -n -M prepared -c "$clients" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)
   rm -f "$script"
   pgsql -c "DROP TABLE ceiling"
   tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)
@@ -242,6 +252,10 @@ if [ -n "$trace_file" ]; then
   wait "$trace_pid" 2>/dev/null || true
 fi
 tails_after=$(tails)
+# The same paced load with mail to the file transport (hourly folders on the scratch disk).
+stop_serve
+start_serve 200 file
+file_out=$(RATE=1000 measured wrk -t "$threads" -c 20 -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
 # 4. Saturation again with the global rule counted in Redis on every invite (one hot key).
 stop_serve
 start_serve 0
@@ -252,23 +266,33 @@ sat=$(grep '^RESULT' <<<"$sat_out")
 paced=$(grep '^RESULT' <<<"$paced_out")
 sat_rps=$(field rps "$sat")
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(date -u +%F); $secs s per phase"
+echo "postgres: $(postgres_settings "$pg_port")"
+echo "traffic: ${TRAFFIC:-delivered}, $SENDERS senders, $RECIPIENTS recipients; mail through SMTP to smtp-sink (paced-file: the file transport)"
 echo
-printf '%-11s %11s %9s %8s %8s %9s %9s   %s\n' phase per_sec ratio p50_ms p99_ms p99.9_ms failed "cpu share (of $cores cores)"
+header() {
+  printf '%-15s %9s %9s %6s %7s %7s %8s %7s %7s %7s   %s\n' phase accepted/s delivered/s ratio p50_ms p99_ms p99.9_ms failed outbox oldest_s "cpu share (of $cores cores)"
+}
+# A phase's row: name, accepted per second, ratio, and the measured output (RESULT, DELIVERED
+# and CPU lines).
+row() {
+  local result delivered
+  result=$(grep '^RESULT' <<<"$4" || true)
+  delivered=$(grep '^DELIVERED' <<<"$4" || true)
+  printf '%-15s %9.0f %11s %6s %7s %7s %8s %7s %7s %7s   %s\n' "$1" "$2" "$(field per_sec "$delivered" | sed 's/^$/-/')" "$3" \
+    "$(field p50_ms "$result" | sed 's/^$/-/')" "$(field p99_ms "$result" | sed 's/^$/-/')" "$(field p999_ms "$result" | sed 's/^$/-/')" \
+    "$(field non2xx_or_errors "$result" | sed 's/^$/-/')" "$(field outbox "$delivered" | sed 's/^$/-/')" "$(field oldest_s "$delivered" | sed 's/^$/-/')" \
+    "$(grep '^CPU' <<<"$4" | sed 's/^CPU //')"
+}
+ratio() { printf '%.2f' "$(echo "$1 / $ceiling" | bc -l)"; }
+header
 for run in "$first_ceiling" "$second_ceiling"; do
-  printf '%-11s %11.0f %9.2f %8s %8s %9s %9s   %s\n' ceiling "$(head -n 1 <<<"$run")" \
-    "$(echo "$(head -n 1 <<<"$run") / $ceiling" | bc -l)" - - - - "$(tail -n 1 <<<"$run" | sed 's/^CPU //')"
+  row ceiling "$(head -n 1 <<<"$run")" "$(ratio "$(head -n 1 <<<"$run")")" "$(tail -n 1 <<<"$run")"
 done
-printf '%-11s %11.0f %9.2f %8s %8s %9s %9s   %s\n' saturation "$sat_rps" "$(echo "$sat_rps / $ceiling" | bc -l)" \
-  "$(field p50_ms "$sat")" "$(field p99_ms "$sat")" "$(field p999_ms "$sat")" "$(field non2xx_or_errors "$sat")" \
-  "$(grep '^CPU' <<<"$sat_out" | sed 's/^CPU //')"
-printf '%-11s %11.0f %9s %8s %8s %9s %9s   %s\n' "paced@1000" "$(field rps "$paced")" - \
-  "$(field p50_ms "$paced")" "$(field p99_ms "$paced")" "$(field p999_ms "$paced")" "$(field non2xx_or_errors "$paced")" \
-  "$(grep '^CPU' <<<"$paced_out" | sed 's/^CPU //')"
-
+row saturation "$sat_rps" "$(ratio "$sat_rps")" "$sat_out"
+row "paced@1000" "$(field rps "$paced")" - "$paced_out"
+row "paced-file" "$(field rps "$(grep '^RESULT' <<<"$file_out")")" - "$file_out"
 exact_rps=$(field rps "$exact")
-printf '%-11s %11.0f %9.2f %8s %8s %9s %9s   %s\n' "global-hot" "$exact_rps" "$(echo "$exact_rps / $ceiling" | bc -l)" \
-  "$(field p50_ms "$exact")" "$(field p99_ms "$exact")" "$(field p999_ms "$exact")" "$(field non2xx_or_errors "$exact")" \
-  "$(grep '^CPU' <<<"$exact_out" | sed 's/^CPU //')"
+row "global-hot" "$exact_rps" "$(ratio "$exact_rps")" "$exact_out"
 
 # What one invite costs: Redis bytes per active sender, Postgres bytes per invite, CPU per 1,000.
 invites=$(pgsql -c "SELECT count(*) FROM invites")
@@ -386,7 +410,9 @@ if [ "$(field non2xx_or_errors "$sat")" = 0 ]; then
   best_rps=$sat_rps
   best_at=$conns
 fi
-sweep=()
+sweep_names=()
+sweep_rates=()
+sweep_outs=()
 for clients in ${CEILING_CLIENTS-16 64}; do
   if [ "$clients" -gt $((max_connections - 30)) ]; then
     echo "benches/invites.sh: pgbench with $clients clients skipped (max_connections $max_connections)" >&2
@@ -394,27 +420,27 @@ for clients in ${CEILING_CLIENTS-16 64}; do
   fi
   run=$(ceiling_phase "$clients")
   tps=$(head -n 1 <<<"$run")
-  sweep+=("ceiling@$clients|$tps|-|-|-|-|$(tail -n 1 <<<"$run" | sed 's/^CPU //')")
+  sweep_names+=("ceiling@$clients") sweep_rates+=("$tps") sweep_outs+=("$(tail -n 1 <<<"$run")")
   if awk -v a="$tps" -v b="$best_ceiling" 'BEGIN { exit !(a > b) }'; then best_ceiling=$tps; best_ceiling_at=$clients; fi
 done
 for c in ${SATURATION_CONNECTIONS-32 64 128}; do
   out=$(measured wrk -t "$threads" -c "$c" -d "${secs}s" -s benches/invites.lua "http://127.0.0.1:$port")
   run=$(grep '^RESULT' <<<"$out")
   rps=$(field rps "$run")
-  sweep+=("saturation@$c|$rps|$(field p50_ms "$run")|$(field p99_ms "$run")|$(field p999_ms "$run")|$(field non2xx_or_errors "$run")|$(grep '^CPU' <<<"$out" | sed 's/^CPU //')")
+  sweep_names+=("saturation@$c") sweep_rates+=("$rps") sweep_outs+=("$out")
   # A run with failed answers is no rate the service sustains.
   if [ "$(field non2xx_or_errors "$run")" = 0 ] && awk -v a="$rps" -v b="$best_rps" 'BEGIN { exit !(a > b) }'; then
     best_rps=$rps
     best_at=$c
   fi
 done
-if [ ${#sweep[@]} -gt 0 ]; then
+if [ ${#sweep_names[@]} -gt 0 ]; then
   echo
   echo "other concurrencies (ratio to the highest ceiling of the run, $(printf '%.0f' "$best_ceiling")/s with $best_ceiling_at clients):"
-  for row in "${sweep[@]}"; do
-    IFS='|' read -r name rate p50 p99 p999 failed cpu <<<"$row"
-    printf '%-15s %7.0f %9.2f %8s %8s %9s %9s   %s\n' "$name" "$rate" "$(echo "$rate / $best_ceiling" | bc -l)" \
-      "$p50" "$p99" "$p999" "$failed" "$cpu"
+  ceiling=$best_ceiling
+  header
+  for i in "${!sweep_names[@]}"; do
+    row "${sweep_names[$i]}" "${sweep_rates[$i]}" "$(ratio "${sweep_rates[$i]}")" "${sweep_outs[$i]}"
   done
   if [ "$best_at" = none ]; then
     echo "best ratio: none (every run of the service had failed answers)"
@@ -423,3 +449,7 @@ if [ ${#sweep[@]} -gt 0 ]; then
       'BEGIN { printf "best ratio: %.2f (the service with %s connections against pgbench with %s clients)\n", r / c, at, cat }'
   fi
 fi
+# Share of the run's invites that were delivered (queued, then sent), and the outbox at the end.
+echo
+echo "delivered share of all invites: $(pgsql -c "SELECT round(100.0 * count(*) FILTER (WHERE status = 'sent') / greatest(count(*), 1), 1) FROM invites")%;" \
+  "outbox at the end (depth, oldest in s): $(outbox_state "$pg_port" "$db")"

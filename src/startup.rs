@@ -240,9 +240,15 @@ pub struct Running {
     pub setup_url: Option<String>,
     stop: CancellationToken,
     tasks: JoinSet<()>,
+    outbox: mail::Rounds,
 }
 
 impl Running {
+    /// Runs one round of the outbox at once and waits for it; answers how many invites it took.
+    pub async fn outbox_round(&self) -> usize {
+        self.outbox.run_one().await
+    }
+
     /// Stops accepting, lets requests in flight and the outbox round in hand finish, and
     /// flushes the last global counts. Dropping a `Running` instead aborts every task.
     pub async fn shutdown(mut self) {
@@ -320,6 +326,7 @@ pub async fn launch(
         settings,
         stop.clone(),
     ));
+    let rounds = outbox.rounds();
     tasks.spawn(outbox.run(stop.clone()));
     tasks.spawn(webhooks.run(stop.clone()));
     tasks.spawn(invites.follow_ups.clone().run(stop.clone()));
@@ -352,6 +359,7 @@ pub async fn launch(
         setup_url,
         stop,
         tasks,
+        outbox: rounds,
     })
 }
 

@@ -7,6 +7,7 @@ mod render;
 mod retry;
 mod transport;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -14,13 +15,14 @@ use lettre::message::Mailbox;
 use sqlx::Postgres;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::apps::AppCache;
+use crate::coalesce::{BatchError, Batcher};
 use crate::db::KeptConnections;
 use crate::incident::Incident;
 use crate::metrics::Metrics;
@@ -32,6 +34,10 @@ use render::{Content, Envelope};
 pub use retry::RETRY;
 use retry::Unreachable;
 pub use transport::{MailError, Transport, parse_from};
+
+/// Sent marks committed at once, at most: those that come while a commit is under way wait
+/// for the next one, so the marks of a busy outbox share commits without a timer.
+const MARKS_AT_ONCE: usize = 256;
 
 /// An invite as the outbox reads it.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -49,6 +55,22 @@ pub struct Outgoing {
     pub created_at: DateTime<Utc>,
     /// The recipient asked the app for no more invitations: suppressed, not sent.
     pub unsubscribed: bool,
+}
+
+/// An invite's row: its id, and when it was written, which names its week.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    id: Uuid,
+    created_at: DateTime<Utc>,
+}
+
+impl Outgoing {
+    fn row(&self) -> Row {
+        Row {
+            id: self.id,
+            created_at: self.created_at,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -134,8 +156,31 @@ pub struct Outbox {
     unreachable: Unreachable,
     settings: OutboxSettings,
     worker_id: String,
+    /// Where each delivered invite's `sent` mark is committed, with those of the sends that
+    /// completed around it.
+    marks: Batcher<Row, ()>,
     handoff: Handoff,
     handed: Mutex<mpsc::Receiver<Handed>>,
+    /// Rounds asked for from outside ([`Rounds`]), each answered when it is done.
+    asking: mpsc::Sender<oneshot::Sender<usize>>,
+    asked: Mutex<mpsc::Receiver<oneshot::Sender<usize>>>,
+}
+
+/// Runs one round of an outbox at once and waits for it, so that a test reads what was sent
+/// once it is sent instead of waiting out the outbox's own pace.
+#[derive(Clone)]
+pub struct Rounds(mpsc::Sender<oneshot::Sender<usize>>);
+
+impl Rounds {
+    /// One round: the invites handed over so far, then one claim of the due ones. Answers how
+    /// many invites it took (none once the outbox has stopped).
+    pub async fn run_one(&self) -> usize {
+        let (answer, answered) = oneshot::channel();
+        if self.0.send(answer).await.is_err() {
+            return 0;
+        }
+        answered.await.unwrap_or(0)
+    }
 }
 
 impl Outbox {
@@ -150,6 +195,16 @@ impl Outbox {
     ) -> Self {
         let worker_id = format!("{}-{}", std::process::id(), Uuid::new_v4().simple());
         let (handoff, handed) = Handoff::new(&worker_id, settings.lease);
+        let (asking, asked) = mpsc::channel(8);
+        let (marking, marker) = (db.clone(), worker_id.clone());
+        // One commit at a time: marks that arrive meanwhile go together in the next.
+        let marks = Batcher::start(MARKS_AT_ONCE, 1, move |rows: Vec<Row>| {
+            let (db, worker_id) = (marking.clone(), marker.clone());
+            async move {
+                settle(&db, &worker_id, MARK_SENT, &rows).await?;
+                Ok(vec![(); rows.len()])
+            }
+        });
         Outbox {
             db,
             transport,
@@ -161,9 +216,17 @@ impl Outbox {
             unreachable: Unreachable::default(),
             settings,
             worker_id,
+            marks,
             handoff,
             handed: Mutex::new(handed),
+            asking,
+            asked: Mutex::new(asked),
         }
+    }
+
+    /// Where rounds are asked for.
+    pub fn rounds(&self) -> Rounds {
+        Rounds(self.asking.clone())
     }
 
     /// Where the writer hands fresh invites over.
@@ -173,9 +236,10 @@ impl Outbox {
 
     /// Runs until `stop` is cancelled, finishing the round in hand, then releases what was
     /// handed over and not sent. Claims every `idle` pause, and again at once after a full
-    /// claim, however busy the handoff is.
+    /// claim, however busy the handoff is; and runs a round whenever one is asked for.
     pub async fn run(self, stop: CancellationToken) {
         let mut handed = self.handed.lock().await;
+        let mut asked = self.asked.lock().await;
         let most = self.settings.batch as usize * 8;
         let mut in_hand = Vec::with_capacity(most);
         let mut claim_at = Instant::now();
@@ -196,6 +260,18 @@ impl Outbox {
                         tracing::warn!(error = %e, "outbox round failed");
                     }
                 }
+                Some(answer) = asked.recv() => {
+                    in_hand.extend(std::iter::from_fn(|| handed.try_recv().ok()).take(most));
+                    let taken = in_hand.len();
+                    if let Err(e) = self.deliver_handed(in_hand.drain(..)).await {
+                        tracing::warn!(error = %e, "outbox round failed");
+                    }
+                    let claimed = self.round().await.unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "outbox round failed");
+                        0
+                    });
+                    let _ = answer.send(taken + claimed);
+                }
                 _ = tokio::time::sleep_until(claim_at.into()) => {}
                 _ = stop.cancelled() => {}
             }
@@ -212,10 +288,7 @@ impl Outbox {
 
     /// Sends invites handed over, except those that waited half their lease: another outbox
     /// may claim them soon, so they are left to it.
-    async fn deliver_handed(
-        &self,
-        handed: impl Iterator<Item = Handed>,
-    ) -> Result<(), sqlx::Error> {
+    async fn deliver_handed(&self, handed: impl Iterator<Item = Handed>) -> Result<(), BatchError> {
         let fresh = self.settings.lease / 2;
         let invites: Vec<Outgoing> = handed
             .filter(|h| h.at.elapsed() < fresh)
@@ -225,7 +298,7 @@ impl Outbox {
     }
 
     /// Claims one batch and sends it; returns how many were claimed.
-    pub async fn round(&self) -> Result<usize, sqlx::Error> {
+    pub async fn round(&self) -> Result<usize, BatchError> {
         let claimed: Vec<Outgoing> = self
             .db
             .run(async |conn| {
@@ -240,8 +313,9 @@ impl Outbox {
         self.deliver(claimed).await
     }
 
-    /// Sends invites claimed by this worker and marks them; returns how many there were.
-    async fn deliver(&self, claimed: Vec<Outgoing>) -> Result<usize, sqlx::Error> {
+    /// Sends invites claimed by this worker and marks each as its send completes; returns how
+    /// many there were.
+    async fn deliver(&self, claimed: Vec<Outgoing>) -> Result<usize, BatchError> {
         let n = claimed.len();
         let (unsubscribed, claimed): (Vec<Outgoing>, Vec<Outgoing>) =
             claimed.into_iter().partition(|i| i.unsubscribed);
@@ -252,6 +326,7 @@ impl Outbox {
         for invite in claimed.iter().cloned() {
             let transport = self.transport.clone();
             let metrics = self.metrics.clone();
+            let marks = self.marks.clone();
             let message = self.message(&invite).await;
             sends.spawn(async move {
                 let result = match message {
@@ -260,14 +335,20 @@ impl Outbox {
                         let started = std::time::Instant::now();
                         let sent = transport.send(message).await;
                         metrics.smtp_latency(started.elapsed());
-                        sent
+                        // The send keeps its turn until its mark is committed: an instance
+                        // that dies repeats at most the sends in flight, one per connection.
+                        match sent {
+                            Ok(()) => Ok(marks.call(invite.row()).await),
+                            Err(e) => Err(e),
+                        }
                     }
                     Err(e) => Err(e),
                 };
                 (invite, result)
             });
         }
-        let mut sent = Vec::with_capacity(n);
+        let mut sent = 0u64;
+        let mut marked = Ok(());
         let mut failures = Vec::new();
         // A slow mail server can keep a send longer than the claim's lease: the lease is
         // renewed every third of it while any send is under way, or another instance would
@@ -288,20 +369,19 @@ impl Outbox {
                 continue; // a panicked send leaves its lease to expire: the invite is retried
             };
             match result {
-                Ok(()) => sent.push(invite),
+                Ok(mark) => {
+                    sent += 1;
+                    marked = marked.and(mark);
+                }
                 Err(e) => failures.push((invite, e)),
             }
         }
-        // The round's deliveries are marked in one statement: one commit per round instead of
-        // one per invite. They are marked before the failures are recorded, so that an error
-        // there cannot leave a sent invite to be sent again when its lease runs out. An
-        // instance dying before it marks them leaves the same (at-least-once; the Message-ID
-        // stays the same).
-        let mut marked = Ok(());
-        if !sent.is_empty() {
+        // Each delivery was marked as its send completed, in a commit shared with the others
+        // around it, so an instance dying mid-round leaves at most its sends in flight to be
+        // sent again (at-least-once; the Message-ID stays the same).
+        if sent > 0 {
             self.smtp.recovered();
-            self.metrics.invites("sent", sent.len() as u64);
-            marked = self.settle(MARK_SENT, &sent).await;
+            self.metrics.invites("sent", sent);
             let waiting = self.unreachable.take();
             if !waiting.is_empty() {
                 self.wake(waiting).await;
@@ -310,7 +390,7 @@ impl Outbox {
         // Each failure is recorded whatever happened to the others: one not recorded is tried
         // again after its lease, without its attempt counted.
         for (invite, e) in failures {
-            let recorded = self.failed(&invite, e).await;
+            let recorded = self.failed(&invite, e).await.map_err(Arc::new);
             marked = marked.and(recorded);
         }
         marked.map(|()| n)
@@ -352,60 +432,21 @@ impl Outbox {
     /// Invites to recipients who unsubscribed from their app since the invite was queued (or
     /// before it was released): suppressed, with the reason in the decision record.
     async fn suppress(&self, invites: &[Outgoing]) -> Result<(), sqlx::Error> {
-        self.settle(SUPPRESS, invites).await?;
+        let rows: Vec<Row> = invites.iter().map(Outgoing::row).collect();
+        settle(&self.db, &self.worker_id, SUPPRESS, &rows).await?;
         self.metrics.invites("suppressed", invites.len() as u64);
         Ok(())
-    }
-
-    /// `statement` on a round's invites claimed by this worker, bound to their ids (`$1`), the
-    /// worker (`$2`) and the span of their `created_at` (`$3`, `$4`), which keeps it to their
-    /// weeks.
-    fn on_round<'q>(
-        &self,
-        statement: &'q str,
-        invites: &[Outgoing],
-    ) -> Query<'q, Postgres, PgArguments> {
-        let ids: Vec<Uuid> = invites.iter().map(|invite| invite.id).collect();
-        let (first, last) = written_between(invites);
-        sqlx::query(statement)
-            .bind(ids)
-            .bind(self.worker_id.clone())
-            .bind(first)
-            .bind(last)
-    }
-
-    /// Runs `statement` (`MARK_SENT` or `SUPPRESS`) on a round's invites.
-    async fn settle(
-        &self,
-        statement: &'static str,
-        invites: &[Outgoing],
-    ) -> Result<(), sqlx::Error> {
-        let once = async || {
-            self.db
-                .run(async |conn| self.on_round(statement, invites).execute(conn).await)
-                .await
-                .map(drop)
-        };
-        // Tried once more, on a connection the pool has checked, so that losing the kept one
-        // (Postgres restarted) does not leave the round's invites to be sent again after
-        // their lease. Both statements can run twice: they touch only this worker's claims.
-        match once().await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                tracing::warn!(error = %e, "marking a round failed; trying again");
-                once().await
-            }
-        }
     }
 
     /// Extends this worker's lease on a round's invites; a failure is only logged, and the
     /// round goes on (its invites may then be sent twice, at least once as always).
     async fn renew(&self, invites: &[Outgoing]) {
         let lease = self.settings.lease.as_secs_f64();
+        let rows: Vec<Row> = invites.iter().map(Outgoing::row).collect();
         let renewed = self
             .db
             .run(async |conn| {
-                self.on_round(RENEW, invites)
+                on_rows(RENEW, &self.worker_id, &rows)
                     .bind(lease)
                     .execute(conn)
                     .await
@@ -417,9 +458,49 @@ impl Outbox {
     }
 }
 
+/// `statement` on invites claimed by worker `worker_id`, bound to their ids (`$1`), the worker
+/// (`$2`) and the span of their `created_at` (`$3`, `$4`), which keeps it to their weeks.
+fn on_rows<'q>(
+    statement: &'q str,
+    worker_id: &str,
+    rows: &[Row],
+) -> Query<'q, Postgres, PgArguments> {
+    let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
+    let (first, last) = written_between(rows);
+    sqlx::query(statement)
+        .bind(ids)
+        .bind(worker_id.to_owned())
+        .bind(first)
+        .bind(last)
+}
+
+/// Runs `statement` (`MARK_SENT` or `SUPPRESS`) on invites claimed by worker `worker_id`.
+async fn settle(
+    db: &KeptConnections,
+    worker_id: &str,
+    statement: &'static str,
+    rows: &[Row],
+) -> Result<(), sqlx::Error> {
+    let once = async || {
+        db.run(async |conn| on_rows(statement, worker_id, rows).execute(conn).await)
+            .await
+            .map(drop)
+    };
+    // Tried once more, on a connection the pool has checked, so that losing the kept one
+    // (Postgres restarted) does not leave the invites to be sent again after their lease.
+    // Both statements can run twice: they touch only this worker's claims.
+    match once().await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, "marking invites failed; trying again");
+            once().await
+        }
+    }
+}
+
 /// The first and the last time at which these invites were written: the weeks that hold them
 /// (none for no invites, which then match nothing).
-fn written_between(invites: &[Outgoing]) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
-    let times = invites.iter().map(|invite| invite.created_at);
+fn written_between(rows: &[Row]) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    let times = rows.iter().map(|row| row.created_at);
     (times.clone().min(), times.max())
 }

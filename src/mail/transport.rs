@@ -1,8 +1,8 @@
 //! The transport chosen at startup (SMTP through lettre, or .eml files) and what a mail
 //! server's refusal means for an invite.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use lettre::message::Mailbox;
@@ -93,15 +93,45 @@ pub enum Transport {
     /// connection goes back to the pool in a task of its own, so for a moment after a send the
     /// next one may still open another).
     Smtp(AsyncSmtpTransport<Tokio1Executor>, Arc<Semaphore>),
-    File(AsyncFileTransport<Tokio1Executor>),
+    File(Arc<Folders>),
+}
+
+/// `.eml` files in a folder per hour of the mail directory (`YYYY-MM-DD-HH`, UTC): creating a
+/// file in a folder that holds every message ever written costs the kernel more than the send.
+pub struct Folders {
+    root: PathBuf,
+    /// The hour whose folder was made, and the transport into it.
+    current: std::sync::Mutex<Option<(String, AsyncFileTransport<Tokio1Executor>)>>,
+}
+
+impl Folders {
+    /// The transport into this hour's folder, made when the hour is new.
+    async fn this_hour(&self) -> Result<AsyncFileTransport<Tokio1Executor>, MailError> {
+        let hour = chrono::Utc::now().format("%Y-%m-%d-%H").to_string();
+        if let Some((made, transport)) =
+            &*self.current.lock().unwrap_or_else(PoisonError::into_inner)
+            && *made == hour
+        {
+            return Ok(transport.clone());
+        }
+        let dir = self.root.join(&hour);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| MailError::MailDir(dir.clone(), e))?;
+        let transport = AsyncFileTransport::new(&dir);
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((hour, transport.clone()));
+        Ok(transport)
+    }
 }
 
 impl Transport {
-    /// SMTP when a URL is given (pooled connections), otherwise .eml files in `mail_dir`.
+    /// SMTP when a URL is given (pooled connections), otherwise .eml files in hourly folders of
+    /// `mail_dir`.
     pub fn new(
         smtp_url: Option<&str>,
         connections: u32,
-        mail_dir: &std::path::Path,
+        mail_dir: &Path,
     ) -> Result<Self, MailError> {
         match smtp_url {
             Some(url) => {
@@ -116,7 +146,10 @@ impl Transport {
             None => {
                 std::fs::create_dir_all(mail_dir)
                     .map_err(|e| MailError::MailDir(mail_dir.to_owned(), e))?;
-                Ok(Transport::File(AsyncFileTransport::new(mail_dir)))
+                Ok(Transport::File(Arc::new(Folders {
+                    root: mail_dir.to_owned(),
+                    current: std::sync::Mutex::default(),
+                })))
             }
         }
     }
@@ -133,7 +166,10 @@ impl Transport {
     pub(super) async fn send(&self, message: Message) -> Result<(), MailError> {
         match self {
             Transport::Smtp(t, _) => t.send(message).await.map(drop).map_err(Into::into),
-            Transport::File(t) => t.send(message).await.map(drop).map_err(Into::into),
+            Transport::File(folders) => {
+                let transport = folders.this_hour().await?;
+                transport.send(message).await.map(drop).map_err(Into::into)
+            }
         }
     }
 }

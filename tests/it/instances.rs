@@ -4,7 +4,9 @@ use sendguard::admin::accounts::Role;
 use std::time::{Duration, Instant};
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, TestDb, api_key, execute, prepared, queued, wait_for};
+use crate::support::app::{
+    Stage, TestDb, api_key, config, execute, key_id, migrated, prepared, queue, queued, wait_for,
+};
 use crate::support::rules;
 use crate::support::serve::ServeProcess;
 use crate::support::smtp::SmtpSink;
@@ -214,6 +216,68 @@ async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() 
     );
     hole.abort();
     drop(instances);
+}
+
+/// An instance killed in the middle of a round far larger than its SMTP connections: each send
+/// was marked as it completed, so the instance that takes its claims over once their lease
+/// runs out repeats at most the sends that were in flight, no more than the connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_repeats_no_more_than_the_sends_in_flight() {
+    const CONNECTIONS: usize = 2;
+    // One claimed round (up to 32 invites), fifteen times the connections.
+    const INVITES: usize = 30;
+    let (db, pool) = migrated("crashrepeat", &[]).await;
+    api_key(&pool).await;
+    let recipients: Vec<String> = (0..INVITES).map(|n| format!("r{n}@example.com")).collect();
+    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
+    queue(&pool, key_id(&pool).await, &recipients).await;
+    // Slow enough per message that the round is under way for well over a second.
+    let sink = SmtpSink::start_slow(Duration::from_millis(100)).await;
+    let mut doomed = ServeProcess::start(
+        &db.url,
+        crate::support::unique_prefix("crash").as_str(),
+        &[
+            ("SENDGUARD_SMTP_URL", sink.url()),
+            ("SENDGUARD_SMTP_CONNECTIONS", CONNECTIONS.to_string()),
+            ("SENDGUARD_MAIL_LEASE_SECS", "2".to_owned()),
+        ],
+    )
+    .await;
+    let under_way = wait_for(Duration::from_secs(20), || async {
+        sink.messages().len() >= 12
+    })
+    .await;
+    assert!(under_way, "the round did not get under way");
+    doomed.child.kill().expect("SIGKILL");
+    doomed.child.wait().expect("reaped");
+    let before_the_kill = sink.messages().len();
+    assert!(
+        before_the_kill < INVITES,
+        "the instance finished its round before the kill: it tests nothing"
+    );
+
+    // Another instance takes the dead one's claims over once their lease runs out.
+    let survivor = sendguard::start(&config(&db, Some(sink.url())))
+        .await
+        .expect("second instance");
+    let finished = wait_for(Duration::from_secs(30), || async {
+        queued(&pool).await == 0
+    })
+    .await;
+    assert!(finished, "the queue was not finished after the kill");
+    survivor.shutdown().await;
+
+    let mut delivered: Vec<String> = sink.messages().into_iter().flat_map(|m| m.to).collect();
+    delivered.sort();
+    let total = delivered.len();
+    delivered.dedup();
+    assert_eq!(delivered.len(), INVITES, "every invite was delivered");
+    let twice = total - INVITES;
+    assert!(
+        twice <= CONNECTIONS,
+        "{twice} recipients got the mail twice ({before_the_kill} sent before the kill); at \
+         most the {CONNECTIONS} sends in flight may be repeated"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

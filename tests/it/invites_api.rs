@@ -3,21 +3,17 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, config, migrated, queued, sender_state, wait_for};
+use crate::support::app::{Stage, api_key, config, delivered, migrated, sender_state, wait_for};
 use crate::support::rules;
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-/// Waits until the outbox has nothing left to send and the sink has `expected` messages, then a
-/// little longer, so a late extra message would still be seen.
-async fn delivered(pool: &PgPool, sink: &SmtpSink, expected: usize) -> usize {
-    wait_for(Duration::from_secs(15), || async {
-        queued(pool).await == 0 && sink.messages().len() >= expected
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+/// Drives `app`'s outbox until it has nothing left to send; answers how many messages the sink
+/// holds.
+async fn sent(app: &sendguard::Running, pool: &PgPool, sink: &SmtpSink) -> usize {
+    delivered(app, pool).await;
     sink.messages().len()
 }
 
@@ -78,7 +74,7 @@ async fn a_sender_over_the_limit_is_shadow_banned_and_sees_no_difference() {
     }
 
     assert_eq!(
-        delivered(pool, sink, 7).await,
+        sent(app, pool, sink).await,
         7,
         "five from the spammer, two from the friend"
     );
@@ -137,7 +133,7 @@ async fn a_fourth_invite_to_one_recipient_is_suppressed_without_a_flag() {
             .await;
         assert_eq!(resp.status(), StatusCode::OK);
     }
-    assert_eq!(delivered(pool, sink, 3).await, 3);
+    assert_eq!(sent(app, pool, sink).await, 3);
     let suppressed: Vec<String> =
         sqlx::query_scalar("SELECT sender_id FROM invites WHERE status = 'suppressed'")
             .fetch_all(pool)
@@ -392,8 +388,7 @@ async fn bad_input_gets_a_problem_naming_the_field_and_records_nothing() {
         .await
         .expect("count");
     assert_eq!(recorded, 0);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(sink.messages().is_empty());
+    assert_eq!(sent(app, pool, sink).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,7 +424,7 @@ async fn an_idempotency_key_replays_the_first_answer_and_sends_once() {
         .await
         .expect("request");
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(delivered(pool, sink, 1).await, 1);
+    assert_eq!(sent(app, pool, sink).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,7 +457,7 @@ async fn invites_accepted_while_smtp_is_down_arrive_once_it_is_up() {
     .await;
     assert!(retried, "the worker should have tried all three");
     let sink = SmtpSink::start_on(port).await;
-    assert_eq!(delivered(&pool, &sink, 3).await, 3);
+    assert_eq!(sent(&app, &pool, &sink).await, 3);
     let mut recipients: Vec<String> = sink.messages().iter().flat_map(|m| m.to.clone()).collect();
     recipients.sort();
     assert_eq!(

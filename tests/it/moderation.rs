@@ -1,12 +1,8 @@
 //! Review actions against a running instance: its Postgres, its Redis counters, and mail that
 //! reaches (or never reaches) an SMTP server on 127.0.0.1.
 
-use std::time::Duration;
-
 use crate::support::api::Api;
-use crate::support::app::{
-    self as app, api_key, flags_done, orphans, queued, sender_state, wait_for,
-};
+use crate::support::app::{self as app, api_key, flags_done, orphans, sender_state};
 use crate::support::rules::{self, RuleEntry};
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
@@ -59,13 +55,9 @@ impl Stage {
         flags_done(&self.pool).await;
     }
 
-    /// Waits for the outbox to settle; returns the recipients the sink got.
+    /// Drives the outbox until it has nothing left to send; returns the recipients the sink got.
     async fn delivered(&self) -> Vec<String> {
-        wait_for(Duration::from_secs(15), || async {
-            queued(&self.pool).await == 0
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.inner.settle().await;
         let mut to: Vec<String> = self
             .sink
             .messages()

@@ -1,11 +1,13 @@
 //! The outbox: giving up after the configured attempts, taking over a dead instance's claim, and
-//! the file transport of a machine without a mail server.
+//! the file transport of a machine without a mail server (hourly folders).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, config, connections_down_to, migrated, wait_for};
+use crate::support::app::{
+    Stage, api_key, config, connections_down_to, key_id, migrated, queue, wait_for,
+};
 use crate::support::smtp::SmtpSink;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -152,20 +154,35 @@ async fn without_smtp_messages_are_written_as_eml_files() {
     let app = sendguard::start(&cfg).await.expect("start");
     let key = api_key(&pool).await;
     send_invite(app.addr, &key, "f", "file@example.com").await;
-    // The transport writes the file in place: it is read once its last line is there.
-    let eml = |dir: &std::path::Path| {
+    // One folder for the hour, one file in it. The transport writes the file in place: it is
+    // read once its last line is there.
+    let only = |dir: &std::path::Path| {
         let entries: Vec<_> = std::fs::read_dir(dir).ok()?.collect();
         let [Ok(entry)] = &entries[..] else {
             return None;
         };
-        let raw = std::fs::read_to_string(entry.path()).ok()?;
+        Some(entry.path())
+    };
+    let eml = |dir: &std::path::Path| {
+        let path = only(&only(dir)?)?;
+        let raw = std::fs::read_to_string(&path).ok()?;
         raw.contains("They shared: \"doc_42\"")
-            .then(|| (entry.path(), raw))
+            .then_some((path, raw))
     };
     let written = wait_for(Duration::from_secs(10), || async { eml(&dir).is_some() }).await;
-    assert!(written, "no complete .eml file in {}", dir.display());
+    assert!(written, "no complete .eml file under {}", dir.display());
     let (path, raw) = eml(&dir).expect("the file just read");
     assert_eq!(path.extension().and_then(|e| e.to_str()), Some("eml"));
+    let hour = path
+        .parent()
+        .and_then(|folder| folder.file_name())
+        .and_then(|name| name.to_str())
+        .expect("the file's folder");
+    assert!(
+        chrono::NaiveDateTime::parse_from_str(&format!("{hour}:00"), "%Y-%m-%d-%H:%M").is_ok(),
+        "the file is not in an hourly folder: {}",
+        path.display()
+    );
     assert!(raw.contains("To: file@example.com"), "{raw}");
     // The default app names no product; the resource stays in the body.
     assert!(raw.contains("Subject: Bo sent you an invitation"), "{raw}");
@@ -421,32 +438,4 @@ async fn becomes(pool: &sqlx::PgPool, recipient: &str, status: &str, secs: u64) 
             == status
     })
     .await
-}
-
-async fn key_id(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar("SELECT id FROM api_keys")
-        .fetch_one(pool)
-        .await
-        .expect("key id")
-}
-
-/// Invites to `recipients`, queued and due, as a writer would have left them.
-async fn queue(pool: &sqlx::PgPool, key_id: i64, recipients: &[&str]) {
-    sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'queued') ON CONFLICT DO NOTHING")
-        .execute(pool)
-        .await
-        .expect("sender");
-    for recipient in recipients {
-        sqlx::query(
-            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-                 status, decision, next_attempt_at)
-             VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}', now())",
-        )
-        .bind(uuid::Uuid::new_v4())
-        .bind(key_id)
-        .bind(recipient)
-        .execute(pool)
-        .await
-        .expect("queued invite");
-    }
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{Stage, api_key, execute, queued, sender_state, wait_for};
+use crate::support::app::{Stage, api_key, delivered, execute, queued, sender_state, wait_for};
 use crate::support::redis_server::RedisServer;
 use crate::support::rules;
 use reqwest::StatusCode;
@@ -105,7 +105,7 @@ async fn deferred_invites_are_checked_once_redis_returns() {
         "deferred invites were not checked: {:?}",
         statuses(pool).await
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    delivered(&stage.app, pool).await;
     assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 5)]));
     assert_eq!(sink.messages().len(), 5);
     let state = sender_state(pool, "steady").await;
@@ -195,12 +195,7 @@ async fn the_open_policy_still_holds_a_banned_senders_invites() {
             .await;
         assert_eq!(resp.status(), StatusCode::OK);
     }
-    let sent = wait_for(Duration::from_secs(10), || async {
-        !sink.messages().is_empty()
-    })
-    .await;
-    assert!(sent, "the good sender's invite went out unchecked");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    delivered(&stage.app, pool).await;
     let to: Vec<String> = sink.messages().into_iter().flat_map(|m| m.to).collect();
     assert_eq!(to, ["o1@example.com"], "a banned sender's invite was sent");
     assert_eq!(statuses(pool).await, counts(&[("held", 1), ("sent", 1)]));

@@ -357,6 +357,46 @@ pub async fn connections_down_to(db: &str, left: i64) -> bool {
     closed
 }
 
+/// The id of the test database's only API key.
+pub async fn key_id(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT id FROM api_keys")
+        .fetch_one(pool)
+        .await
+        .expect("key id")
+}
+
+/// Invites to `recipients`, queued and due, as a writer would have left them.
+pub async fn queue(pool: &PgPool, key_id: i64, recipients: &[&str]) {
+    sqlx::query("INSERT INTO senders (app_id, id) VALUES (1, 'queued') ON CONFLICT DO NOTHING")
+        .execute(pool)
+        .await
+        .expect("sender");
+    for recipient in recipients {
+        sqlx::query(
+            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
+                 status, decision, next_attempt_at)
+             VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}', now())",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(key_id)
+        .bind(recipient)
+        .execute(pool)
+        .await
+        .expect("queued invite");
+    }
+}
+
+/// Drives rounds of `app`'s outbox until no invite is queued (a retry is due after its backoff,
+/// so this takes up to 15 s); when it returns, every send of those rounds has been answered.
+pub async fn delivered(app: &sendguard::Running, pool: &PgPool) {
+    let done = wait_for(Duration::from_secs(15), || async {
+        app.outbox_round().await;
+        queued(pool).await == 0
+    })
+    .await;
+    assert!(done, "invites are still queued");
+}
+
 /// Invites still waiting for the outbox.
 pub async fn queued(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'queued'")
@@ -476,15 +516,11 @@ impl Stage {
         format!("http://{}", self.app.addr)
     }
 
-    /// Waits until the outbox has nothing left to send, and a little longer so a late extra
-    /// message would still be seen; returns how many messages the sink holds.
+    /// Drives the outbox until it has nothing left to send; returns how many messages the sink
+    /// holds.
     pub async fn settle(&self) -> usize {
         flags_done(&self.pool).await;
-        wait_for(Duration::from_secs(15), || async {
-            queued(&self.pool).await == 0
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        delivered(&self.app, &self.pool).await;
         self.sink.messages().len()
     }
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -97,6 +98,19 @@ impl SmtpSink {
             Behaviour {
                 gate: Some(gate),
                 ..Behaviour::refusing(refused)
+            },
+        )
+        .await
+    }
+
+    /// A sink that keeps each message, then takes `delay` before it answers that the message
+    /// was taken, as a slow mail server does: sends are in flight for that long.
+    pub async fn start_slow(delay: Duration) -> SmtpSink {
+        Self::serve(
+            0,
+            Behaviour {
+                delay,
+                ..Behaviour::refusing(&[])
             },
         )
         .await
@@ -197,6 +211,8 @@ struct Behaviour {
     gate: Option<Arc<Semaphore>>,
     /// `MAIL FROM` is refused (550 5.7.1).
     refuse_sender: AtomicBool,
+    /// Each message is answered this long after it is kept.
+    delay: Duration,
 }
 
 impl Behaviour {
@@ -207,6 +223,7 @@ impl Behaviour {
             dropped: Vec::new(),
             gate: None,
             refuse_sender: AtomicBool::new(false),
+            delay: Duration::ZERO,
         }
     }
 }
@@ -281,6 +298,9 @@ async fn session(
             });
             if let Some(gate) = &behaviour.gate {
                 gate.acquire().await.expect("open gate").forget();
+            }
+            if !behaviour.delay.is_zero() {
+                tokio::time::sleep(behaviour.delay).await;
             }
             write.write_all(b"250 queued\r\n").await?;
         } else if upper.starts_with("QUIT") {

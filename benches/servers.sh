@@ -1,0 +1,131 @@
+# The servers of a benchmark, its own (sourced by benches/invites.sh and benches/soak.sh): a
+# PostgreSQL configured as a small production server, a Redis, and Postfix's smtp-sink, each on a
+# port of its own on 127.0.0.1 and removed when the benchmark ends (`stop_servers`).
+#
+#   PG_BIN          PostgreSQL's binaries (default /usr/lib/postgresql/15/bin)
+#   BENCH_DIR       where the scratch folders go (default /var/tmp: a disk, as in production)
+#   PG_SETTINGS     extra `name=value` settings, after the defaults below
+
+pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
+# A small production server: 4 GB of memory and 2 cores, autovacuum on (as a server that keeps
+# up with deleted and updated rows runs it), commits flushed to disk.
+pg_settings=(
+  shared_buffers=1GB effective_cache_size=3GB work_mem=16MB maintenance_work_mem=256MB
+  wal_buffers=16MB max_wal_size=2GB min_wal_size=512MB checkpoint_completion_target=0.9
+  synchronous_commit=on autovacuum=on random_page_cost=1.1 max_connections=200
+  ${PG_SETTINGS:-}
+)
+
+# Runs a command as the owner of the scratch folders: PostgreSQL refuses to run as root.
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# Starts PostgreSQL on port $1 in a fresh scratch folder; sets pg_dir and pg_pid.
+pg_dir=
+pg_pid=
+start_postgres() {
+  local port=$1 opts="" setting
+  pg_dir=$(mktemp -d -p "${BENCH_DIR:-/var/tmp}" sendguard-bench-pg.XXXXXX)
+  [ "$(id -u)" != 0 ] || chown postgres "$pg_dir"
+  as_owner "$pg_bin/initdb" -D "$pg_dir/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
+  for setting in "${pg_settings[@]}"; do opts+=" -c $setting"; done
+  as_owner "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w -t 60 \
+    -o "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$pg_dir$opts" start >/dev/null ||
+    { cat "$pg_dir/log" >&2; return 1; }
+  pg_pid=$(head -n 1 "$pg_dir/data/postmaster.pid")
+}
+
+# The settings the server runs with, as it reports them: printed beside the figures.
+postgres_settings() {
+  psql -q -At -h 127.0.0.1 -p "$1" -U postgres -d postgres -c "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ' ' ORDER BY name)
+      FROM pg_settings WHERE name IN ('shared_buffers', 'effective_cache_size', 'work_mem',
+        'maintenance_work_mem', 'wal_buffers', 'max_wal_size', 'min_wal_size',
+        'checkpoint_completion_target', 'synchronous_commit', 'autovacuum', 'max_connections')"
+}
+
+# Starts a Redis without persistence on port $1; sets redis_pid.
+redis_pid=
+start_redis() {
+  redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
+  redis_pid=$!
+  for _ in $(seq 1 50); do
+    redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "redis-server did not start" >&2
+  return 1
+}
+
+# Starts Postfix's smtp-sink on port $1, installing Postfix when it is missing (Debian, as
+# root), and leaves no Postfix daemon running; sets sink_pid.
+sink_pid=
+start_smtp_sink() {
+  local sink=/usr/sbin/smtp-sink
+  if [ ! -x "$sink" ]; then
+    [ "$(id -u)" = 0 ] || { echo "smtp-sink is missing: apt-get install postfix (as root)" >&2; return 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y postfix >/dev/null
+  fi
+  # The package starts its daemon on port 25 where it can: only the sink is wanted.
+  if postfix status >/dev/null 2>&1; then postfix stop >/dev/null 2>&1 || true; fi
+  # -u: as root, the sink drops to Postfix's user once it listens.
+  if [ "$(id -u)" = 0 ]; then
+    "$sink" -u postfix "127.0.0.1:$1" 1024 &
+  else
+    "$sink" "127.0.0.1:$1" 1024 &
+  fi
+  sink_pid=$!
+  for _ in $(seq 1 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "smtp-sink did not start" >&2
+  return 1
+}
+
+stop_servers() {
+  [ -z "$sink_pid" ] || kill "$sink_pid" 2>/dev/null || true
+  [ -z "$redis_pid" ] || kill "$redis_pid" 2>/dev/null || true
+  if [ -n "$pg_dir" ]; then
+    as_owner "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$pg_dir"
+  fi
+}
+
+# CPU ticks (user + system) of a process.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Of the benchmark's PostgreSQL: the postmaster, every child, and what the postmaster reaped
+# from children that exited.
+pg_ticks() {
+  local total=0 pid
+  for pid in $pg_pid $(pgrep -P "$pg_pid"); do total=$((total + $(ticks "$pid"))); done
+  echo $((total + $(awk '{print $16 + $17}' "/proc/$pg_pid/stat")))
+}
+
+# The traffic of a run of $1 invites in all: senders and recipients scale with it, unless set.
+# Each sender sends about 20 (sender-hourly allows 60 an hour, the distinct recipients' rule 100
+# a day), and recipients are ten times the invites, so that hardly one gets a fourth invite in a
+# day (recipient-daily, 3). TRAFFIC=suppressed: the few recipients of the runs before, most
+# invites suppressed.
+traffic_for() {
+  local total=$1
+  if [ "${TRAFFIC:-delivered}" = suppressed ]; then
+    export SENDERS=${SENDERS:-20000} RECIPIENTS=${RECIPIENTS:-5000}
+  else
+    export SENDERS=${SENDERS:-$(((total / 20) > 20000 ? total / 20 : 20000))}
+    export RECIPIENTS=${RECIPIENTS:-$(((total * 10) > 1000000 ? total * 10 : 1000000))}
+  fi
+}
+
+# Outbox depth and the age in seconds of its oldest queued invite, of database $2 on port $1.
+outbox_state() {
+  psql -q -At -F ' ' -h 127.0.0.1 -p "$1" -U postgres -d "$2" -c "SELECT count(*),
+      round(coalesce(extract(epoch FROM now() - min(created_at)), 0)::numeric, 1)
+      FROM invites WHERE status = 'queued'"
+}
+
+# Emails delivered so far by the instance whose metrics are on port $1.
+delivered_count() {
+  curl -fs "http://127.0.0.1:$1/metrics" |
+    awk '/^sendguard_invites_total\{status="sent"\}/ {print $2; found = 1} END {if (!found) print 0}'
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Paced load with delivery for a long stretch, to see what drifts.
+#
+#   benches/soak.sh MINUTES RATE                  (e.g. 60 1000: an hour at 1,000 invites/s)
+#   SENDGUARD_BIN=path benches/soak.sh ...        (that binary instead of a release build here)
+#   SOAK_STEP=seconds                             (one line every so many seconds; default 60)
+#   BENCH_PORT, TRAFFIC, SENDERS, RECIPIENTS, PG_SETTINGS, BENCH_DIR: as benches/invites.sh.
+#
+# Starts the servers of benches/servers.sh (its own PostgreSQL configured as a small production
+# server, Redis and Postfix's smtp-sink), then `sendguard serve` on a fresh database with mail
+# through SMTP to the sink, and runs wrk at RATE requests/s (benches/invites.lua, traffic that
+# mostly delivers, scaled to MINUTES × RATE invites) one step after the other. After each step it
+# prints the step's throughput, p99 and failed requests, the emails delivered per second,
+# sendguard's resident memory and open files, Redis's memory, the database's size, the outbox's
+# depth and the age of its oldest queued invite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+minutes=${1:?usage: benches/soak.sh MINUTES RATE}
+rate=${2:?usage: benches/soak.sh MINUTES RATE}
+step=${SOAK_STEP:-60}
+threads=2
+port=${BENCH_PORT:-18180}
+metrics_port=$((port + 1))
+redis_port=$((port + 2))
+pg_port=$((port + 3))
+smtp_port=$((port + 4))
+db=sendguard_soak
+export PGSSLMODE=disable
+db_url=postgres://postgres@127.0.0.1:$pg_port/$db?sslmode=disable
+# shellcheck source=benches/servers.sh
+. benches/servers.sh
+
+for cmd in wrk psql redis-cli redis-server curl; do
+  command -v "$cmd" >/dev/null || { echo "benches/soak.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server, curl)" >&2; exit 1; }
+done
+bin=${SENDGUARD_BIN:-./target/release/sendguard}
+[ -n "${SENDGUARD_BIN:-}" ] || cargo build --release -q
+
+serve_pid=
+cleanup() {
+  [ -z "$serve_pid" ] || { kill "$serve_pid" 2>/dev/null || true; wait "$serve_pid" 2>/dev/null || true; }
+  stop_servers
+}
+trap cleanup EXIT
+start_postgres "$pg_port"
+start_redis "$redis_port"
+start_smtp_sink "$smtp_port"
+pgsql() { psql -q -At -h 127.0.0.1 -p "$pg_port" -U postgres -d "$db" "$@"; }
+psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE $db"
+DATABASE_URL=$db_url $bin migrate >/dev/null
+key=$(DATABASE_URL=$db_url $bin api-key create soak 2>/dev/null)
+pgsql -c "SELECT sendguard_invite_weeks(now() - interval '90 days', 2)" >/dev/null
+log=$pg_dir/serve.log
+DATABASE_URL=$db_url REDIS_URL=redis://127.0.0.1:$redis_port SENDGUARD_SMTP_URL=smtp://127.0.0.1:$smtp_port \
+  SENDGUARD_LISTEN=127.0.0.1:$port SENDGUARD_METRICS_LISTEN=127.0.0.1:$metrics_port RUST_LOG=warn \
+  SENDGUARD_PUBLIC_URL=https://sendguard.example.com $bin serve >/dev/null 2>>"$log" &
+serve_pid=$!
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$log" >&2; exit 1; }
+
+traffic_for $((minutes * 60 * rate))
+export SENDGUARD_API_KEY=$key WRK_THREADS=$threads RATE=$rate
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -n 1; }
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(date -u +%F); $minutes min at $rate/s, a line every $step s"
+echo "postgres: $(postgres_settings "$pg_port")"
+echo "traffic: ${TRAFFIC:-delivered}, $SENDERS senders, $RECIPIENTS recipients; mail through SMTP to smtp-sink"
+printf '%6s %9s %11s %7s %7s %8s %6s %9s %9s %7s %8s\n' \
+  at_s accepted/s delivered/s p99_ms failed rss_mb files redis_mb pg_mb outbox oldest_s
+started=$(date +%s)
+steps=$(((minutes * 60 + step - 1) / step))
+for _ in $(seq 1 "$steps"); do
+  d0=$(delivered_count "$metrics_port")
+  t0=$(date +%s.%N)
+  out=$(wrk -t "$threads" -c 20 -d "${step}s" -s benches/invites.lua "http://127.0.0.1:$port" | grep '^RESULT')
+  t1=$(date +%s.%N)
+  delivered=$(awk -v d=$(($(delivered_count "$metrics_port") - d0)) -v t="$(echo "$t1 - $t0" | bc)" 'BEGIN { printf "%.0f", d / t }')
+  rss=$(awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$serve_pid/status")
+  files=$(find "/proc/$serve_pid/fd" -mindepth 1 -maxdepth 1 | wc -l)
+  redis_mb=$(redis-cli -p "$redis_port" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {printf "%.0f", $2 / 1048576}')
+  pg_mb=$(pgsql -c "SELECT round(pg_database_size(current_database()) / 1048576.0)")
+  read -r depth oldest < <(outbox_state "$pg_port" "$db")
+  printf '%6d %9.0f %11s %7s %7s %8s %6s %9s %9s %7s %8s\n' $(($(date +%s) - started)) "$(field rps "$out")" "$delivered" \
+    "$(field p99_ms "$out")" "$(field non2xx_or_errors "$out")" "$rss" "$files" "$redis_mb" "$pg_mb" "$depth" "$oldest"
+done
+echo "delivered share of all invites: $(pgsql -c "SELECT round(100.0 * count(*) FILTER (WHERE status = 'sent') / greatest(count(*), 1), 1) FROM invites")%"
