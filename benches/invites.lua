@@ -23,31 +23,37 @@ local spam_share = tonumber(os.getenv("SPAM_SHARE") or "0.02")
 local random_ips = os.getenv("SENDER_IPS") == "random"
 local bare = os.getenv("TRAFFIC") == "suppressed"
 
--- The texts of ordinary invites, by share: the product's standard text, personal notes, notes
--- with a link (`%d` becomes a number), and no message at all.
-local standard = "You have been invited to join the team workspace. Accept to see the shared " ..
-  "documents, comment on them and get updates when they change."
-local personal = {
-  "Hi! Adding you to the project so you can see the plan for next week.",
-  "Here is the budget sheet we talked about on Tuesday. Let me know what you think.",
-  "Welcome aboard! This is where we keep the onboarding notes.",
-  "Can you review the draft before Friday? Thanks a lot.",
-  "Sharing the photos from the weekend with everyone.",
-  "Inviting you so we can plan the reunion together.",
+-- The texts of ordinary invites, by share: the product's standard text (which the app lists as
+-- such, so that it never counts as a campaign; invites.sh passes it in STANDARD_TEXT), personal
+-- notes in each sender's own words, the same with a link to a popular site, and no message.
+local standard = os.getenv("STANDARD_TEXT") or "You have been invited to the team workspace."
+local openers = { "Hi!", "Hello,", "Hey there,", "Good morning!", "Quick one:", "Hi all," }
+local words = {
+  "budget", "plan", "draft", "photos", "agenda", "notes", "sketches", "figures", "timeline",
+  "schedule", "proposal", "report", "slides", "minutes", "recipe", "itinerary", "roster",
+  "checklist", "invoice", "poster", "survey", "contract", "mockups", "roadmap", "summary",
+  "review", "comments", "playlist", "menu", "seating", "tickets", "quotes", "estimates",
+  "translations", "captions", "diagrams", "wireframes", "results", "scores", "maps",
 }
-local linked = {
-  "The notes from today are here: https://docs.example.org/d/%d",
-  "Please read https://wiki.example.com/page/%d before the meeting.",
-  "Agenda and slides: https://example.net/meet/%d (the recording follows).",
-}
+local verbs = { "see", "check", "edit", "update", "sign", "review", "fix", "share", "print" }
+local days = { "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "the weekend", "tonight" }
+local sites = { "docs.example.org", "wiki.example.com", "example.net" }
+-- A note in a sender's own words: few senders write alike.
+local function personal()
+  return string.format("%s can you %s the %s and the %s before %s? I also added %s %s.",
+    openers[math.random(#openers)], verbs[math.random(#verbs)], words[math.random(#words)],
+    words[math.random(#words)], days[math.random(#days)], words[math.random(#words)],
+    words[math.random(#words)])
+end
 local function message()
   local pick = math.random()
   if pick < 0.45 then
     return standard
   elseif pick < 0.80 then
-    return personal[math.random(#personal)]
+    return personal()
   elseif pick < 0.95 then
-    return string.format(linked[math.random(#linked)], math.random(1, 1000000))
+    return string.format("%s https://%s/d/%d", personal(), sites[math.random(#sites)],
+      math.random(1, 1000000))
   end
   return nil
 end
