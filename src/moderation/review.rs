@@ -10,7 +10,7 @@ use super::SenderState;
 pub use super::review_action::ReviewAction;
 use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
-use crate::rules::{self, Rule, RuleCache, Scope};
+use crate::rules::{self, RuleCache, Scope};
 use crate::sender_key::SenderKey;
 
 /// One admin decision about one sender.
@@ -192,8 +192,9 @@ pub async fn apply(
     })
 }
 
-/// Clears the sender's counters of the rules it tripped: of the sender, and of the addresses it
-/// used within twice an IP rule's window.
+/// Clears the sender's own counters of the rules it tripped. A counter whose subject other
+/// senders share (an address, a recipient, a domain, the global count) stays as it is: one
+/// sender's lift must not hand the others a fresh allowance (docs/DESIGN.md §3b).
 async fn clear_counters(
     pool: &PgPool,
     limiter: &Limiter,
@@ -209,50 +210,13 @@ async fn clear_counters(
     .fetch_all(pool)
     .await?;
     let tripped: BTreeSet<String> = tripped.into_iter().collect();
-    let tripped: Vec<Rule> = rules
+    let subject = rules::sender_subject(sender);
+    let to_clear: Vec<(LimitKey, Quota)> = rules
         .all()
         .into_iter()
-        .filter(|r| tripped.contains(&r.name))
+        .filter(|r| r.scope == Scope::Sender && tripped.contains(&r.name))
+        .map(|rule| (keys.key(&subject, &rule.name, &rule.quota), rule.quota))
         .collect();
-    // The addresses the sender used within twice the longest window of a tripped IP rule (a
-    // sliding-window counter weighs the window before too, the hash counters a sub-window
-    // more): an older one counts nothing now, and the sender's whole history is not read.
-    let ip_window = tripped
-        .iter()
-        .filter(|r| r.scope == Scope::Ip)
-        .map(|r| r.quota.window_ms.saturating_mul(2))
-        .max();
-    let ips: Vec<String> = match ip_window {
-        None => Vec::new(),
-        Some(window_ms) => {
-            sqlx::query_scalar(
-                "SELECT DISTINCT sender_ip FROM invites
-                 WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL
-                     AND created_at > now() - make_interval(secs => $3)",
-            )
-            .bind(sender.app_id)
-            .bind(&sender.id)
-            .bind(window_ms as f64 / 1000.0)
-            .fetch_all(pool)
-            .await?
-        }
-    };
-    let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
-    for rule in &tripped {
-        let subjects: Vec<String> = match rule.scope {
-            Scope::Sender => vec![rules::sender_subject(sender)],
-            Scope::Ip => ips
-                .iter()
-                .filter_map(|ip| ip.parse().ok())
-                .map(|ip| rules::address_subject(sender.app_id, ip))
-                .collect(),
-            // Recipients and the global count belong to others too: left as they are.
-            Scope::Recipient | Scope::RecipientDomain | Scope::Global => Vec::new(),
-        };
-        for subject in subjects {
-            to_clear.push((keys.key(&subject, &rule.name, &rule.quota), rule.quota));
-        }
-    }
     let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
     limiter.clear(&pairs).await?;
     Ok(())
