@@ -26,6 +26,8 @@ use crate::limiter::{self, KeyPrefix, Limiter, MemoryStore, RedisSettings, Redis
 use crate::mail::{self, Outbox, OutboxSettings, Transport};
 use crate::metrics::Metrics;
 use crate::moderation::SenderStates;
+use crate::moderation::expiry::Expiry;
+use crate::moderation::terms::Ladder;
 use crate::outcomes::Outcomes;
 use crate::recipients::{LinkKey, LinkKeyError};
 use crate::retention::{self, Retention};
@@ -111,6 +113,8 @@ impl Services {
         crate::apps::webhook_secret::seal_stored(&pool, &secrets)
             .await
             .map_err(DbError::from)?;
+        let ladder: Ladder = cfg.ban_ladder.parse().map_err(StartError::Config)?;
+        let confirm_repeat = cfg.repeat_auto_confirm.then(|| ladder.clone());
         let limiter = counters(cfg).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         public_links(cfg)?;
@@ -124,7 +128,7 @@ impl Services {
             keys: keys.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
-            confirm_repeat: cfg.repeat_auto_confirm,
+            confirm_repeat: confirm_repeat.clone(),
         };
         let outbox = Outbox::new(
             db::connect_kept(&cfg.database.database_url, "sendguard-outbox", 4).await?,
@@ -163,7 +167,7 @@ impl Services {
                 metrics.clone(),
             )
             .await?,
-            follow_ups: FollowUps::new(pool.clone(), cfg.repeat_auto_confirm),
+            follow_ups: FollowUps::new(pool.clone(), confirm_repeat.clone()),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
@@ -174,7 +178,7 @@ impl Services {
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
             new_sender_days: cfg.new_sender_days,
-            confirm_repeat: cfg.repeat_auto_confirm,
+            confirm_repeat,
             redis: Incident::new("redis"),
             postgres: Incident::new("postgres"),
         };
@@ -189,6 +193,7 @@ impl Services {
             passwords: Passwords::new(PASSWORD_CHECKS),
             login_key: admin::LoginKey::new(&links.derive("admin-login")),
             new_sender_days: cfg.new_sender_days,
+            ladder,
         };
         Ok(Services {
             pool,
@@ -267,6 +272,13 @@ pub async fn launch(
     let (metrics_listener, metrics_addr) = bind(cfg.metrics_listen).await?;
     let stop = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    let expiry = Expiry {
+        pool: services.pool.clone(),
+        limiter: services.limiter.clone(),
+        keys: services.dashboard.keys.clone(),
+        rules: services.rules.clone(),
+        metrics: services.metrics.clone(),
+    };
     let Services {
         pool,
         limiter,
@@ -324,6 +336,7 @@ pub async fn launch(
         }
         .watch(pool.clone(), stop.clone()),
     );
+    tasks.spawn(expiry.run(Duration::from_secs(1), stop.clone()));
     // Always: besides removing old history it makes the weeks ahead.
     let retention = Retention {
         pool,

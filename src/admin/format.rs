@@ -41,6 +41,12 @@ pub enum Notice {
     Unsuppressed {
         removed: bool,
     },
+    /// A ban's term changed.
+    TermChanged,
+    /// An appeal granted (`granted`) or denied.
+    AppealDecided {
+        granted: bool,
+    },
 }
 
 /// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
@@ -65,6 +71,8 @@ impl Notice {
             "invite_decided" => Notice::InviteDecided { changed: n > 0 },
             "note_added" => Notice::NoteAdded,
             "unsuppressed" => Notice::Unsuppressed { removed: n > 0 },
+            "term_changed" => Notice::TermChanged,
+            "appeal_decided" => Notice::AppealDecided { granted: n > 0 },
             action => Notice::Reviewed {
                 action: action.parse().ok()?,
                 invites: n,
@@ -91,6 +99,10 @@ impl Notice {
             Notice::NoteAdded => "done=note_added".into(),
             Notice::Unsuppressed { removed } => {
                 format!("done=unsuppressed&n={}", u8::from(removed))
+            }
+            Notice::TermChanged => "done=term_changed".into(),
+            Notice::AppealDecided { granted } => {
+                format!("done=appeal_decided&n={}", u8::from(granted))
             }
         }
     }
@@ -128,6 +140,15 @@ impl Notice {
             }
             Notice::Unsuppressed { removed: false } => {
                 "That recipient was not on the list; nothing changed.".into()
+            }
+            Notice::TermChanged => {
+                "The ban's term changed: it now ends as shown, counted from its start.".into()
+            }
+            Notice::AppealDecided { granted: true } => {
+                "Appeal granted: the ban is lifted, its strike removed, and the app told.".into()
+            }
+            Notice::AppealDecided { granted: false } => {
+                "Appeal denied: the ban and its term stand, and the app was told.".into()
             }
         }
     }

@@ -52,6 +52,8 @@ pub struct Dashboard {
     pub login_key: LoginKey,
     /// Days a sender counts as new (for backtests of `new_senders_only` rules and the queue).
     pub new_sender_days: i64,
+    /// The default terms of confirmed bans (`SENDGUARD_BAN_LADDER`).
+    pub ladder: crate::moderation::terms::Ladder,
 }
 
 impl Dashboard {
@@ -108,6 +110,7 @@ where
             post(held::decide_invite),
         )
         .route("/admin/senders/{app}/{id}/notes", post(held::add_note))
+        .route("/admin/senders/{app}/{id}/term", post(decide::change_term))
         .route("/admin/static/admin.css", get(stylesheet))
 }
 

@@ -221,6 +221,9 @@ pub(super) async fn confirm_selected(
             actor: &admin.0.username,
             admin_id: Some(admin.0.admin_id),
             note,
+            // Each sender the ladder's term for its own strikes.
+            term: None,
+            mistake: false,
         };
         match super::decide::apply(&dashboard, &review).await {
             Ok(_) => confirmed += 1,

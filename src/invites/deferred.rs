@@ -59,9 +59,15 @@ impl InviteService {
             let kept =
                 store::settle_deferred(&mut tx, row, d.status, &decision, self.held_cap).await?;
             if let Some(b) = &d.breach {
-                let flagged =
-                    store::flag(&mut tx, sender, b, Some(row.id), self.confirm_repeat, kept)
-                        .await?;
+                let flagged = store::flag(
+                    &mut tx,
+                    sender,
+                    b,
+                    Some(row.id),
+                    self.confirm_repeat.as_ref(),
+                    kept,
+                )
+                .await?;
                 if let Some(flagged) = flagged {
                     // The sender's next invites in this batch are held as the flag says.
                     states.insert(sender.clone(), flagged);

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::policy::Breach;
 use super::store;
+use crate::moderation::terms::Ladder;
 use crate::sender_key::SenderKey;
 
 /// Follow-ups done per transaction.
@@ -67,12 +68,12 @@ struct Pending {
 pub struct FollowUps {
     pool: PgPool,
     wake: Arc<Notify>,
-    /// A repeat offender's shadow ban is confirmed at once.
-    confirm_repeat: bool,
+    /// A repeat offender's shadow ban is confirmed at once, for the ladder's term.
+    confirm_repeat: Option<Ladder>,
 }
 
 impl FollowUps {
-    pub fn new(pool: PgPool, confirm_repeat: bool) -> FollowUps {
+    pub fn new(pool: PgPool, confirm_repeat: Option<Ladder>) -> FollowUps {
         FollowUps {
             pool,
             wake: Arc::new(Notify::new()),
@@ -131,7 +132,7 @@ impl FollowUps {
                         sender,
                         &b,
                         Some(p.invite_id),
-                        self.confirm_repeat,
+                        self.confirm_repeat.as_ref(),
                         stored,
                     )
                     .await?;

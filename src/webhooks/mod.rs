@@ -35,15 +35,17 @@ pub enum EventType {
     SenderLifted,
     SenderTrusted,
     InviteHeld,
+    AppealDecided,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 5] = [
+    pub const ALL: [EventType; 6] = [
         EventType::SenderShadowBanned,
         EventType::SenderBanned,
         EventType::SenderLifted,
         EventType::SenderTrusted,
         EventType::InviteHeld,
+        EventType::AppealDecided,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,6 +55,7 @@ impl EventType {
             EventType::SenderLifted => "sender.lifted",
             EventType::SenderTrusted => "sender.trusted",
             EventType::InviteHeld => "invite.held",
+            EventType::AppealDecided => "appeal.decided",
         }
     }
 }

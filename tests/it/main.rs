@@ -14,6 +14,7 @@ mod fuzz_routes;
 mod group_commit;
 mod instances;
 mod invites_api;
+mod lifecycle;
 mod limiter_model;
 mod limiter_redis;
 mod metrics;

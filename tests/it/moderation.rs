@@ -11,6 +11,7 @@ use crate::support::rules::{self, RuleEntry};
 use sendguard::limiter::{KeyPrefix, Limiter};
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::{Review, ReviewAction, ReviewError, apply};
+use sendguard::moderation::terms::Ladder;
 use sendguard::rules::RuleCache;
 use sendguard::sender_key::SenderKey;
 
@@ -105,12 +106,15 @@ impl Stage {
             actor: "alice",
             admin_id: None,
             note: Some("checked the account"),
+            term: None,
+            mistake: false,
         };
         apply(
             &self.pool,
             &self.limiter,
             &self.prefix,
             &self.rules,
+            &Ladder::default(),
             &review,
         )
         .await
@@ -339,8 +343,18 @@ async fn a_lift_whose_counters_cannot_be_cleared_changes_nothing() {
         actor: "alice",
         admin_id: None,
         note: None,
+        term: None,
+        mistake: false,
     };
-    let refused = apply(&stage.pool, &gone, &stage.prefix, &stage.rules, &lift).await;
+    let refused = apply(
+        &stage.pool,
+        &gone,
+        &stage.prefix,
+        &stage.rules,
+        &Ladder::default(),
+        &lift,
+    )
+    .await;
     assert!(
         matches!(refused, Err(ReviewError::Limiter(_))),
         "{refused:?}"
@@ -440,9 +454,12 @@ async fn a_lift_waiting_on_a_slow_redis_holds_no_lock_on_the_sender() {
         actor: "alice",
         admin_id: None,
         note: None,
+        term: None,
+        mistake: false,
     };
     let (pool, prefix, rules) = (&stage.pool, &stage.prefix, &stage.rules);
-    let lifting = apply(pool, &slow, prefix, rules, &lift);
+    let ladder = Ladder::default();
+    let lifting = apply(pool, &slow, prefix, rules, &ladder, &lift);
     let probe = async {
         // The lift is waiting on Redis (its timeout is half a second).
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::decision::DecisionRecord;
 use super::policy::{Breach, Status};
 use super::validate::ValidInvite;
+use crate::moderation::terms::Ladder;
 use crate::moderation::{self, Flag, SenderState, Standing};
 use crate::rules::Action;
 use crate::sender_key::SenderKey;
@@ -118,7 +119,7 @@ pub async fn flag(
     sender: &SenderKey,
     breach: &Breach,
     invite_id: Option<Uuid>,
-    confirm_repeat: bool,
+    confirm_repeat: Option<&Ladder>,
     stored: bool,
 ) -> Result<Option<SenderState>, sqlx::Error> {
     let flag = Flag {
