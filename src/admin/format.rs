@@ -202,6 +202,17 @@ pub fn age(since: Time) -> String {
     }
 }
 
+/// How long something has waited, `secs` seconds, in a reviewer's words.
+pub fn wait(secs: i64) -> String {
+    let minutes = secs.max(0) / 60;
+    match (minutes / (24 * 60), minutes / 60 % 24, minutes % 60) {
+        (0, 0, m) => format!("{m} min"),
+        (0, h, m) => format!("{h} h {m} min"),
+        (1, h, _) => format!("1 day {h} h"),
+        (d, h, _) => format!("{d} days {h} h"),
+    }
+}
+
 /// Accepted invites against delivered ones, as a share.
 pub fn acceptance(accepted: i64, sent: i64) -> String {
     if sent == 0 {

@@ -3,6 +3,7 @@
 //! answer of the service: [`crate::http::security_headers`]).
 
 pub mod accounts;
+mod appeals;
 mod apps;
 mod audit;
 mod decide;
@@ -97,6 +98,8 @@ where
         .route("/admin/login", get(login::login_page).post(login::log_in))
         .route("/admin/setup", get(setup::form).post(setup::create))
         .route("/admin/logout", post(session::log_out))
+        .route("/admin/appeals", get(appeals::appeals_page))
+        .route("/admin/appeals/{id}/decide", post(appeals::decide))
         .route("/admin/queue", get(queue::queue))
         .route("/admin/queue/confirm", post(queue::confirm_selected))
         .route("/admin/senders", get(senders::find_sender))

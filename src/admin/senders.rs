@@ -201,13 +201,13 @@ pub(super) struct InviteView {
 
 /// A held invite with the sender's words, links marked.
 pub(super) struct HeldView {
-    id: String,
-    when: String,
-    recipient: String,
-    why: String,
-    sender_name: Vec<Segment>,
-    resource: Vec<Segment>,
-    message: Vec<Segment>,
+    pub(super) id: String,
+    pub(super) when: String,
+    pub(super) recipient: String,
+    pub(super) why: String,
+    pub(super) sender_name: Vec<Segment>,
+    pub(super) resource: Vec<Segment>,
+    pub(super) message: Vec<Segment>,
 }
 
 impl From<SentInvite> for HeldView {

@@ -69,7 +69,7 @@ pub struct Reviewed {
 
 /// Locks the sender's row for the caller's transaction and answers its state and the count of
 /// its held invites, when its version is still the one the admin's page showed.
-async fn lock_at(
+pub async fn lock_at(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     sender: &SenderKey,
     seen_version: i64,

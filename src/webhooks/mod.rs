@@ -187,7 +187,8 @@ mod tests {
                 "sender.banned",
                 "sender.lifted",
                 "sender.trusted",
-                "invite.held"
+                "invite.held",
+                "appeal.decided"
             ]
         );
     }

@@ -83,7 +83,10 @@ impl Stage {
     pub async fn burst(&self, sender: &str, from: usize, n: usize) {
         for i in from..from + n {
             self.api
-                .accepted(sender, &format!("{sender}{i}@example.com"))
+                .accepted(
+                    sender,
+                    &format!("{}{i}@example.com", sender.replace('/', "-")),
+                )
                 .await;
         }
         flags_done(&self.pool).await;
@@ -318,6 +321,8 @@ async fn a_term_ends_once_on_two_instances_at_once() {
             .and_then(|t| t.parse::<DateTime<Utc>>().ok()),
         Some(until)
     );
+    let (status, appeal) = stage.api.appeal("brief", "Please look again").await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{appeal}");
     // Held while banned, and still counted: over the limit, attempts keep counting.
     stage.burst("brief", 4, 2).await;
     assert_eq!(stage.hourly_count("brief").await, 6);
@@ -354,6 +359,12 @@ async fn a_term_ends_once_on_two_instances_at_once() {
     assert_eq!(lifted.len(), 1, "{lifted:?}");
     assert_eq!(lifted[0]["reason"], "expired");
     assert_eq!(a.run_once(later).await.expect("again"), 0, "nothing left");
+    let (_, standing) = stage.api.standing("brief").await;
+    assert_eq!(
+        standing["appeal"],
+        json!({"id": appeal["id"], "status": "moot", "reply": null}),
+        "the open appeal is moot"
+    );
 
     // The instance forgets the ban it had cached: the next invite goes out.
     let sent = app::wait_for(Duration::from_secs(5), || async {

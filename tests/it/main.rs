@@ -2,6 +2,7 @@
 
 mod addresses;
 mod admin_security;
+mod appeals;
 mod apps;
 mod cli_errors;
 mod dashboard_browser;
