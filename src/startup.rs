@@ -115,7 +115,7 @@ impl Services {
             .map_err(DbError::from)?;
         let ladder: Ladder = cfg.ban_ladder.parse().map_err(StartError::Config)?;
         let confirm_repeat = cfg.repeat_auto_confirm.then(|| ladder.clone());
-        let limiter = counters(cfg).await?;
+        let limiter = counters(&cfg.redis_url, cfg.redis_timeout()).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         public_links(cfg)?;
         let transport =
@@ -214,14 +214,14 @@ impl Services {
     }
 }
 
-/// The counters' store named by `REDIS_URL`.
-async fn counters(cfg: &Config) -> Result<Limiter, StartError> {
-    if cfg.redis_url == "memory://" {
+/// The counters' store named by `REDIS_URL` (`url`), each call bounded by `timeout`.
+pub async fn counters(url: &str, timeout: Duration) -> Result<Limiter, limiter::LimiterError> {
+    if url == "memory://" {
         return Ok(Limiter::Memory(MemoryStore::new()));
     }
     let settings = RedisSettings {
-        url: cfg.redis_url.clone(),
-        timeout: cfg.redis_timeout(),
+        url: url.to_owned(),
+        timeout,
     };
     Ok(Limiter::Redis(RedisStore::connect(&settings).await?))
 }

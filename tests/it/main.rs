@@ -4,6 +4,7 @@ mod addresses;
 mod admin_security;
 mod appeals;
 mod apps;
+mod bans_by_hand;
 mod cli_errors;
 mod dashboard_browser;
 mod dashboard_http;
