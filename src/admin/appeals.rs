@@ -19,7 +19,7 @@ use super::session::Admin;
 use crate::appeals::{self, Appeal, AppealError, Decision, Lifting, Outcome};
 use crate::moderation::review::ReviewError;
 use crate::moderation::senders;
-use crate::moderation::terms;
+use crate::moderation::terms::{self, Term};
 use crate::rules::Signal;
 use crate::sender_key::SenderKey;
 
@@ -138,7 +138,9 @@ async fn view(dashboard: &Dashboard, a: Appeal) -> Result<AppealView, AdminError
                 format!(
                     "{}: {}, {}{removed}",
                     time(Some(s.at)),
-                    s.term,
+                    s.term
+                        .parse::<Term>()
+                        .map_or(s.term.as_str(), |t| t.words()),
                     if s.rules.is_empty() {
                         "by hand".into()
                     } else {

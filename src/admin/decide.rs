@@ -83,6 +83,8 @@ pub(super) struct ConfirmPage {
     consequence: &'static str,
     note: String,
     term: String,
+    /// The ban's term in words, for a decision that bans.
+    term_words: &'static str,
     mistake: String,
 }
 
@@ -119,6 +121,15 @@ pub(super) async fn review_sender(
             return Ok((StatusCode::CONFLICT, page).into_response());
         }
         if action.needs_confirming(held) && form.confirmed != "yes" {
+            let term_words = match (action.confirms(), term) {
+                (false, _) => "",
+                (true, Some(term)) => term.words(),
+                (true, None) => dashboard
+                    .ladder
+                    .next_term(&dashboard.pool, &key, chrono::Utc::now())
+                    .await?
+                    .words(),
+            };
             return Ok(ConfirmPage {
                 layout: admin.layout(),
                 sender_path: sender_path(&app, &id),
@@ -132,6 +143,7 @@ pub(super) async fn review_sender(
                 consequence: action.consequence(),
                 note: form.note,
                 term: form.term,
+                term_words,
                 mistake: form.mistake,
             }
             .into_response());
