@@ -41,9 +41,13 @@ pub struct AppealRequest {
         pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"
     )]
     pub sender_id: String,
-    /// The user's words: line breaks and tabs allowed, no other control characters and no
-    /// bidirectional controls.
-    #[schema(min_length = 1, max_length = 2000, pattern = r"\S")]
+    /// The user's words, not blank: line breaks and tabs allowed, no other control characters
+    /// and no bidirectional controls.
+    #[schema(
+        min_length = 1,
+        max_length = 2000,
+        pattern = r"^[^\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]*$"
+    )]
     pub text: String,
 }
 
@@ -278,4 +282,28 @@ pub async fn sender(
         .and_then(SenderStanding::from_stored)
         .map(Json)
         .ok_or(ApiError::NotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_requires_both_fields_and_refuses_others() {
+        use utoipa::PartialSchema;
+        let schema = serde_json::to_value(AppealRequest::schema()).expect("schema");
+        assert_eq!(schema["required"], serde_json::json!(FIELDS));
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["properties"]["text"]["maxLength"], 2000);
+        let appeal = parse(br#"{"sender_id":"u_1","text":"line one\r\nline two"}"#).expect("ok");
+        assert_eq!(appeal.text, "line one\nline two");
+        for body in [
+            &br#"{"sender_id":"u_1","text":" \n "}"#[..],
+            br#"{"sender_id":"","text":"hi"}"#,
+            br#"{"sender_id":"u_1"}"#,
+            br#"{"sender_id":"u_1","text":"hi","extra":1}"#,
+        ] {
+            assert!(parse(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
+    }
 }
