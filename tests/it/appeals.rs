@@ -84,6 +84,18 @@ async fn an_appeal_granted_and_one_denied_each_reach_the_app_with_the_reply() {
     let first = body["id"].as_str().expect("id").to_owned();
     let (status, body) = stage.api.appeal("sorry", "Again").await;
     assert_eq!(status, StatusCode::CONFLICT, "one open appeal: {body}");
+    let metrics = reqwest::get(format!("http://{}/metrics", stage.app.metrics_addr))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert_eq!(app::series(&metrics, "sendguard_appeals_open"), Some(1.0));
+    assert!(app::series(&metrics, "sendguard_appeals_oldest_seconds").is_some_and(|s| s >= 0.0));
+    assert!(
+        metrics.contains("sendguard_ban_expiry_lag_seconds_count 0"),
+        "no ban ended yet"
+    );
     let (status, standing) = stage.api.standing("sorry").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(standing["state"], "banned");

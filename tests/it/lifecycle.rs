@@ -334,6 +334,15 @@ async fn a_term_ends_once_on_two_instances_at_once() {
     let (ended_a, ended_b) = tokio::join!(a.run_once(later), b.run_once(later));
     let ended = ended_a.expect("a") + ended_b.expect("b");
     assert_eq!(ended, 1, "one instance ended the ban");
+    let lag_counts: usize = [&a, &b]
+        .iter()
+        .map(|e| e.metrics.render(&[]).expect("metrics"))
+        .filter(|text| text.contains("sendguard_ban_expiry_lag_seconds_count 1"))
+        .count();
+    assert_eq!(
+        lag_counts, 1,
+        "the ending instance measured how late it was"
+    );
     assert_eq!(sender_state(&stage.pool, "brief").await, "active");
     assert_eq!(stage.banned_until("brief").await, None);
     assert_eq!(stage.hourly_count("brief").await, 0, "the counters cleared");
