@@ -220,6 +220,12 @@ pub struct Config {
     #[arg(long, env = "SENDGUARD_REPEAT_AUTO_CONFIRM", default_value_t = false)]
     pub repeat_auto_confirm: bool,
 
+    /// The default terms of confirmed bans by the sender's strikes in the last 90 days,
+    /// comma-separated, each `1d`, `7d`, `30d` or `permanent`: the first strike takes the
+    /// first term, every strike past the list the last.
+    #[arg(long, env = "SENDGUARD_BAN_LADDER", default_value = "7d,30d,permanent")]
+    pub ban_ladder: String,
+
     /// Held invites stored per sender; beyond this they are counted, not stored.
     #[arg(long, env = "SENDGUARD_HELD_CAP", default_value_t = 1000)]
     pub held_cap: i64,

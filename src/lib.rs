@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod api_keys;
+pub mod appeals;
 pub mod apps;
 pub mod audit;
 mod backoff;
@@ -69,6 +70,7 @@ struct AppState(Arc<Parts>);
 
 struct Parts {
     invites: invites::http::InviteApi,
+    appeals: appeals::http::AppealsApi,
     events: outcomes::http::Events,
     dashboard: admin::Dashboard,
     recipients: recipients::pages::RecipientPages,
@@ -89,6 +91,7 @@ macro_rules! from_parts {
 
 from_parts!(
     invites: invites::http::InviteApi,
+    appeals: appeals::http::AppealsApi,
     events: outcomes::http::Events,
     dashboard: admin::Dashboard,
     recipients: recipients::pages::RecipientPages,
@@ -126,6 +129,14 @@ fn router(
         .route(
             "/api/v1/events",
             post(outcomes::http::record).fallback(http::method_not_allowed),
+        )
+        .route(
+            "/api/v1/appeals",
+            post(appeals::http::create).fallback(http::method_not_allowed),
+        )
+        .route(
+            "/api/v1/senders/{sender_id}",
+            get(appeals::http::sender).fallback(http::method_not_allowed),
         )
         .layer(guard(http::Gate::ApiKey(keys), API_IN_FLIGHT, api_body));
     let dashboard = admin::router().layer(guard(by_client(), DASHBOARD_IN_FLIGHT, body(FORM_BODY)));
@@ -184,6 +195,9 @@ pub async fn start(cfg: &config::Config) -> Result<Running, StartError> {
         },
         events: outcomes::http::Events {
             outcomes: services.outcomes.clone(),
+        },
+        appeals: appeals::http::AppealsApi {
+            pool: services.pool.clone(),
         },
         dashboard: services.dashboard.clone(),
         recipients: recipients::pages::RecipientPages {

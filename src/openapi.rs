@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{invites, ops, outcomes};
+use crate::{appeals, invites, ops, outcomes};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -22,6 +22,8 @@ use crate::{invites, ops, outcomes};
     paths(
         invites::http::create,
         outcomes::http::record,
+        appeals::http::create,
+        appeals::http::sender,
         ops::healthz,
         ops::readyz,
         serve

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use sqlx::PgPool;
 use tokio::sync::Mutex;
 
+use crate::appeals;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::moderation;
@@ -67,7 +68,10 @@ impl Ops {
         let outbox: Option<(i64, f64)> = sqlx::query_as(GAUGES).fetch_one(&self.pool).await.ok();
         // The count the dashboard's overview shows, by the same definition.
         let awaiting = moderation::senders::awaiting_review(&self.pool).await.ok();
-        let (Some((depth, oldest)), Some(awaiting)) = (outbox, awaiting) else {
+        let appeals = appeals::waiting(&self.pool).await.ok();
+        let (Some((depth, oldest)), Some(awaiting), Some((appeals, oldest_appeal))) =
+            (outbox, awaiting, appeals)
+        else {
             return Vec::new();
         };
         let gauges = vec![
@@ -85,6 +89,16 @@ impl Ops {
                 "sendguard_senders_awaiting_review",
                 "Shadow-banned senders waiting for a decision",
                 awaiting as f64,
+            ),
+            (
+                "sendguard_appeals_open",
+                "Appeals waiting for a decision",
+                appeals as f64,
+            ),
+            (
+                "sendguard_appeals_oldest_seconds",
+                "How long the oldest open appeal has waited",
+                oldest_appeal,
             ),
         ];
         *self.gauges.lock().await = Some(Read {

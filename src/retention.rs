@@ -12,6 +12,9 @@
 //! the API never waits behind one long delete; `SKIP LOCKED` lets several instances sweep at
 //! once. The batch is picked first (`= ANY(ARRAY(...))`), so the delete finds its rows by
 //! primary key instead of joining.
+//!
+//! Strikes and appeals are never removed: they are a sender's record, read by the ban ladder
+//! (docs/DESIGN.md §3e).
 
 use std::time::Duration;
 

@@ -29,6 +29,8 @@ use crate::limiter::{self, KeyPrefix, Limiter, MemoryStore, RedisSettings, Redis
 use crate::mail::{self, Outbox, OutboxSettings, Transport};
 use crate::metrics::Metrics;
 use crate::moderation::SenderStates;
+use crate::moderation::expiry::Expiry;
+use crate::moderation::terms::Ladder;
 use crate::outcomes::Outcomes;
 use crate::recipients::{LinkKey, LinkKeyError};
 use crate::retention::{self, Retention};
@@ -114,7 +116,9 @@ impl Services {
         crate::apps::webhook_secret::seal_stored(&pool, &secrets)
             .await
             .map_err(DbError::from)?;
-        let limiter = counters(cfg).await?;
+        let ladder: Ladder = cfg.ban_ladder.parse().map_err(StartError::Config)?;
+        let confirm_repeat = cfg.repeat_auto_confirm.then(|| ladder.clone());
+        let limiter = counters(&cfg.redis_url, cfg.redis_timeout()).await?;
         let keys = KeyPrefix::new(&cfg.key_prefix).map_err(StartError::Config)?;
         public_links(cfg)?;
         let transport =
@@ -127,7 +131,7 @@ impl Services {
             keys: keys.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
-            confirm_repeat: cfg.repeat_auto_confirm,
+            confirm_repeat: confirm_repeat.clone(),
         };
         let outbox = Outbox::new(
             db::connect_kept(&cfg.database.database_url, "sendguard-outbox", 4).await?,
@@ -172,7 +176,7 @@ impl Services {
                 metrics.clone(),
             )
             .await?,
-            follow_ups: FollowUps::new(pool.clone(), cfg.repeat_auto_confirm),
+            follow_ups: FollowUps::new(pool.clone(), confirm_repeat.clone()),
             limiter: limiter.clone(),
             rules: rules.clone(),
             senders: senders.clone(),
@@ -183,7 +187,7 @@ impl Services {
             held_cap: cfg.held_cap,
             on_redis_error: cfg.on_redis_error,
             new_sender_days: cfg.new_sender_days,
-            confirm_repeat: cfg.repeat_auto_confirm,
+            confirm_repeat,
             redis: Incident::new("redis"),
             postgres: Incident::new("postgres"),
         };
@@ -199,6 +203,7 @@ impl Services {
             login_key: admin::LoginKey::new(&links.derive("admin-login")),
             new_sender_days: cfg.new_sender_days,
             settle: Duration::from_secs(cfg.settle_secs),
+            ladder,
         };
         Ok(Services {
             pool,
@@ -219,14 +224,14 @@ impl Services {
     }
 }
 
-/// The counters' store named by `REDIS_URL`.
-async fn counters(cfg: &Config) -> Result<Limiter, StartError> {
-    if cfg.redis_url == "memory://" {
+/// The counters' store named by `REDIS_URL` (`url`), each call bounded by `timeout`.
+pub async fn counters(url: &str, timeout: Duration) -> Result<Limiter, limiter::LimiterError> {
+    if url == "memory://" {
         return Ok(Limiter::Memory(MemoryStore::new()));
     }
     let settings = RedisSettings {
-        url: cfg.redis_url.clone(),
-        timeout: cfg.redis_timeout(),
+        url: url.to_owned(),
+        timeout,
     };
     Ok(Limiter::Redis(RedisStore::connect(&settings).await?))
 }
@@ -283,6 +288,13 @@ pub async fn launch(
     let (metrics_listener, metrics_addr) = bind(cfg.metrics_listen).await?;
     let stop = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    let expiry = Expiry {
+        pool: services.pool.clone(),
+        limiter: services.limiter.clone(),
+        keys: services.dashboard.keys.clone(),
+        rules: services.rules.clone(),
+        metrics: services.metrics.clone(),
+    };
     let Services {
         pool,
         limiter,
@@ -343,6 +355,7 @@ pub async fn launch(
         }
         .watch(pool.clone(), stop.clone()),
     );
+    tasks.spawn(expiry.run(Duration::from_secs(1), stop.clone()));
     // Always: besides removing old history it makes the weeks ahead.
     let retention = Retention {
         pool,

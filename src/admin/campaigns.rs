@@ -269,6 +269,7 @@ pub(super) async fn decide(
         &dashboard.limiter,
         &dashboard.keys,
         &dashboard.rules,
+        &dashboard.ladder,
         &review,
     )
     .await

@@ -43,7 +43,9 @@ impl From<ReviewError> for AdminError {
             ReviewError::NotFound(id) => AdminError::NotFound(format!("No sender `{id}`.")),
             ReviewError::Db(e) => AdminError::Db(e),
             ReviewError::Limiter(e) => AdminError::Redis(e.to_string()),
-            e @ ReviewError::Stale { .. } => AdminError::BadForm(e.to_string()),
+            e @ (ReviewError::Stale { .. } | ReviewError::NotBanned(_)) => {
+                AdminError::BadForm(e.to_string())
+            }
         }
     }
 }

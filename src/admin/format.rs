@@ -45,6 +45,12 @@ pub enum Notice {
     ReleaseUndone {
         invites: u32,
     },
+    /// A ban's term changed.
+    TermChanged,
+    /// An appeal granted (`granted`) or denied.
+    AppealDecided {
+        granted: bool,
+    },
 }
 
 /// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
@@ -70,6 +76,8 @@ impl Notice {
             "note_added" => Notice::NoteAdded,
             "unsuppressed" => Notice::Unsuppressed { removed: n > 0 },
             "release_undone" => Notice::ReleaseUndone { invites: n },
+            "term_changed" => Notice::TermChanged,
+            "appeal_decided" => Notice::AppealDecided { granted: n > 0 },
             action => Notice::Reviewed {
                 action: action.parse().ok()?,
                 invites: n,
@@ -98,6 +106,10 @@ impl Notice {
                 format!("done=unsuppressed&n={}", u8::from(removed))
             }
             Notice::ReleaseUndone { invites } => format!("done=release_undone&n={invites}"),
+            Notice::TermChanged => "done=term_changed".into(),
+            Notice::AppealDecided { granted } => {
+                format!("done=appeal_decided&n={}", u8::from(granted))
+            }
         }
     }
 
@@ -141,6 +153,15 @@ impl Notice {
             Notice::ReleaseUndone { invites } => format!(
                 "Undone: {invites} released invite(s) are held again; none of them was sent."
             ),
+            Notice::TermChanged => {
+                "The ban's term changed: it now ends as shown, counted from its start.".into()
+            }
+            Notice::AppealDecided { granted: true } => {
+                "Appeal granted: the ban is lifted, its strike removed, and the app told.".into()
+            }
+            Notice::AppealDecided { granted: false } => {
+                "Appeal denied: the ban and its term stand, and the app was told.".into()
+            }
         }
     }
 }
@@ -190,6 +211,17 @@ pub fn age(since: Time) -> String {
         0 => "under a day".into(),
         1 => "1 day".into(),
         d => format!("{d} days"),
+    }
+}
+
+/// How long something has waited, `secs` seconds, in a reviewer's words.
+pub fn wait(secs: i64) -> String {
+    let minutes = secs.max(0) / 60;
+    match (minutes / (24 * 60), minutes / 60 % 24, minutes % 60) {
+        (0, 0, m) => format!("{m} min"),
+        (0, h, m) => format!("{h} h {m} min"),
+        (1, h, _) => format!("1 day {h} h"),
+        (d, h, _) => format!("{d} days {h} h"),
     }
 }
 

@@ -3,6 +3,7 @@
 //! answer of the service: [`crate::http::security_headers`]).
 
 pub mod accounts;
+mod appeals;
 mod apps;
 mod audit;
 mod campaigns;
@@ -55,6 +56,8 @@ pub struct Dashboard {
     pub new_sender_days: i64,
     /// How long released invites wait before they are sent: a release can be undone meanwhile.
     pub settle: std::time::Duration,
+    /// The default terms of confirmed bans (`SENDGUARD_BAN_LADDER`).
+    pub ladder: crate::moderation::terms::Ladder,
 }
 
 impl Dashboard {
@@ -98,6 +101,8 @@ where
         .route("/admin/login", get(login::login_page).post(login::log_in))
         .route("/admin/setup", get(setup::form).post(setup::create))
         .route("/admin/logout", post(session::log_out))
+        .route("/admin/appeals", get(appeals::appeals_page))
+        .route("/admin/appeals/{id}/decide", post(appeals::decide))
         .route("/admin/queue", get(queue::queue))
         .route("/admin/campaigns", get(campaigns::list))
         .route("/admin/campaigns/{id}", get(campaigns::campaign_page))
@@ -118,6 +123,7 @@ where
             "/admin/senders/{app}/{id}/undo-release",
             post(held::undo_release),
         )
+        .route("/admin/senders/{app}/{id}/term", post(decide::change_term))
         .route("/admin/static/admin.css", get(stylesheet))
 }
 

@@ -6,9 +6,10 @@ use axum::extract::State;
 
 use super::Dashboard;
 use super::error::AdminError;
-use super::format::Time;
+use super::format::{Time, wait};
 use super::layout::Layout;
 use super::session::Admin;
+use crate::appeals;
 use crate::invite_counts::{self, Hour};
 use crate::moderation::senders;
 
@@ -88,6 +89,9 @@ fn chart(hours: &[Hour], now: Time) -> Chart {
 pub(super) struct OverviewPage {
     layout: Layout,
     awaiting: i64,
+    appeals: i64,
+    /// How long the oldest open appeal has waited.
+    oldest_appeal: String,
     statuses: Vec<invite_counts::StatusCount>,
     chart: Chart,
 }
@@ -100,9 +104,12 @@ pub(super) async fn overview(
     let statuses = invite_counts::statuses_24h(pool).await?;
     let awaiting = senders::awaiting_review(pool).await?;
     let hours = invite_counts::hourly(pool).await?;
+    let (appeals, oldest) = appeals::waiting(pool).await?;
     Ok(OverviewPage {
         layout: admin.layout(),
         awaiting,
+        appeals,
+        oldest_appeal: wait(oldest as i64),
         statuses,
         chart: chart(&hours, chrono::Utc::now()),
     })

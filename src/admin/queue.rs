@@ -253,6 +253,9 @@ pub(super) async fn confirm_selected(
             admin_id: Some(admin.0.admin_id),
             note,
             release_after: dashboard.settle,
+            // Each sender the ladder's term for its own strikes.
+            term: None,
+            mistake: false,
         };
         match super::decide::apply(&dashboard, &review).await {
             Ok(_) => confirmed += 1,

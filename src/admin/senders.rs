@@ -20,6 +20,7 @@ use crate::limiter::Check;
 use crate::moderation::SenderState;
 use crate::moderation::review::{self, ReviewAction};
 use crate::moderation::senders::{self, Sender, SentInvite};
+use crate::moderation::terms::{self, Term};
 use crate::rules::{self, Scope, Signal};
 use crate::sender_key::SenderKey;
 use crate::urls::component;
@@ -104,6 +105,8 @@ pub(super) struct SenderView {
     linked_to: Option<String>,
     repeat_offender: bool,
     first_address: String,
+    /// When the ban ends, for a `banned` sender.
+    ban_ends: String,
 }
 
 impl SenderView {
@@ -124,6 +127,10 @@ impl SenderView {
             linked_to: s.linked_to,
             repeat_offender: s.repeat_offender,
             first_address: s.first_address.unwrap_or_default(),
+            ban_ends: match s.banned_until {
+                Some(until) => time(Some(until)),
+                None => "never: the ban is permanent".into(),
+            },
         }
     }
 }
@@ -134,6 +141,8 @@ pub(super) struct DecisionView {
     label: String,
     /// It sends mail or discards invites: confirmed on a page of its own first.
     confirm: bool,
+    /// It bans for a term.
+    bans: bool,
 }
 
 /// The decisions that apply to `sender` as the page shows it.
@@ -152,6 +161,7 @@ fn decisions(sender: &Sender) -> Vec<DecisionView> {
             action: a.as_str(),
             label: a.label(held),
             confirm: a.needs_confirming(held),
+            bans: a.confirms(),
         })
         .collect()
 }
@@ -191,13 +201,13 @@ pub(super) struct InviteView {
 
 /// A held invite with the sender's words, links marked.
 pub(super) struct HeldView {
-    id: String,
-    when: String,
-    recipient: String,
-    why: String,
-    sender_name: Vec<Segment>,
-    resource: Vec<Segment>,
-    message: Vec<Segment>,
+    pub(super) id: String,
+    pub(super) when: String,
+    pub(super) recipient: String,
+    pub(super) why: String,
+    pub(super) sender_name: Vec<Segment>,
+    pub(super) resource: Vec<Segment>,
+    pub(super) message: Vec<Segment>,
 }
 
 impl From<SentInvite> for HeldView {
@@ -222,6 +232,63 @@ pub(super) struct AuditView {
     note: String,
 }
 
+pub(super) struct StrikeView {
+    when: String,
+    rules: String,
+    term: String,
+    until: String,
+    by: String,
+    /// Why and by whom it no longer counts; empty while it counts.
+    removed: String,
+}
+
+impl From<terms::Strike> for StrikeView {
+    fn from(s: terms::Strike) -> Self {
+        StrikeView {
+            when: time(Some(s.at)),
+            rules: if s.rules.is_empty() {
+                "by hand".into()
+            } else {
+                s.rules.join(", ")
+            },
+            term: s
+                .term
+                .parse::<Term>()
+                .map_or(s.term.clone(), |t| t.words().to_owned()),
+            until: s.banned_until.map(|u| time(Some(u))).unwrap_or_default(),
+            by: s.by_actor,
+            removed: match (s.removed_at, s.removed_reason) {
+                (Some(at), reason) => format!(
+                    "removed {} by {} ({})",
+                    time(Some(at)),
+                    s.removed_by.unwrap_or_default(),
+                    reason.unwrap_or_default()
+                ),
+                (None, _) => String::new(),
+            },
+        }
+    }
+}
+
+/// A term offered for a ban.
+pub(super) struct TermChoice {
+    value: &'static str,
+    words: &'static str,
+    selected: bool,
+}
+
+/// Every term, `default` selected.
+pub(super) fn term_choices(default: Term) -> Vec<TermChoice> {
+    <Term as strum::VariantArray>::VARIANTS
+        .iter()
+        .map(|t| TermChoice {
+            value: t.as_str(),
+            words: t.words(),
+            selected: *t == default,
+        })
+        .collect()
+}
+
 pub(super) struct NoteView {
     when: String,
     author: String,
@@ -236,6 +303,8 @@ pub(super) struct SenderPage {
     decisions: Vec<DecisionView>,
     /// Some decision offered asks for a confirmation.
     confirming: bool,
+    /// Some decision offered bans, for a term.
+    bans: bool,
     counters: Vec<CounterView>,
     counters_error: Option<String>,
     outcomes: String,
@@ -243,6 +312,9 @@ pub(super) struct SenderPage {
     held: Vec<HeldView>,
     invites: Vec<InviteView>,
     notes: Vec<NoteView>,
+    strikes: Vec<StrikeView>,
+    /// The terms a ban can be given, the ladder's for this sender selected.
+    terms: Vec<TermChoice>,
     audit: Vec<AuditView>,
     page: i64,
     more: bool,
@@ -314,6 +386,11 @@ pub(super) async fn render_sender(
     let invites = senders::invites(pool, key, PAGE + 1, (page - 1) * PAGE).await?;
     let held = senders::held(pool, key).await?;
     let notes = senders::notes(pool, key).await?;
+    let strikes = terms::of_sender(pool, key).await?;
+    let next_term = dashboard
+        .ladder
+        .next_term(pool, key, chrono::Utc::now())
+        .await?;
     let (bounces, complaints) = senders::outcomes_last_day(pool, key).await?;
     let history = audit::of_sender(pool, key).await?;
     let (counters, counters_error) = counters(dashboard, key).await;
@@ -327,6 +404,7 @@ pub(super) async fn render_sender(
         releases_waiting,
         layout: admin.layout(),
         confirming: decisions.iter().any(|d| d.confirm),
+        bans: decisions.iter().any(|d| d.bans),
         decisions,
         sender: SenderView::new(app, sender),
         counters,
@@ -377,6 +455,8 @@ pub(super) async fn render_sender(
                 body: n.body,
             })
             .collect(),
+        strikes: strikes.into_iter().map(StrikeView::from).collect(),
+        terms: term_choices(next_term),
         audit: history
             .into_iter()
             .map(|a| AuditView {

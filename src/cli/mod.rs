@@ -7,6 +7,7 @@ mod bench;
 mod healthcheck;
 mod migrate;
 mod rules;
+mod sender;
 mod serve;
 mod simulate;
 
@@ -46,6 +47,9 @@ enum Command {
     /// Rules as code: export them as TOML, apply a file.
     #[command(subcommand)]
     Rules(rules::RulesCommand),
+    /// Ban or lift a sender by hand, audited under the operator's name.
+    #[command(subcommand)]
+    Sender(sender::SenderCommand),
     /// Replay generated traffic through every algorithm and compare each with an exact window.
     Simulate(simulate::SimulateArgs),
     /// Measure the service's parts against their ceilings.
@@ -71,6 +75,7 @@ impl Cli {
             Command::App(command) => command.run().await,
             Command::Admin(command) => command.run().await,
             Command::Rules(command) => command.run().await,
+            Command::Sender(command) => command.run().await,
             Command::Simulate(args) => {
                 simulate::run(&args);
                 Ok(())

@@ -102,6 +102,8 @@ pub enum ApiError {
     },
     #[error("no such resource")]
     NotFound,
+    #[error("{0}")]
+    Conflict(String),
     #[error("the body did not arrive in time")]
     Timeout,
     #[error("this method is not allowed here")]
@@ -143,6 +145,7 @@ impl IntoResponse for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable")
             }
             ApiError::NotFound => (StatusCode::NOT_FOUND, "Not found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
             ApiError::Timeout => (StatusCode::REQUEST_TIMEOUT, "Request timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "Method not allowed"),
         };

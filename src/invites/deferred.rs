@@ -71,7 +71,7 @@ impl InviteService {
                     sender,
                     b,
                     row.id,
-                    self.confirm_repeat,
+                    self.confirm_repeat.as_ref(),
                     kept,
                 )
                 .await?;

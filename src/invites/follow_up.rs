@@ -20,6 +20,7 @@ use super::policy::Breach;
 use super::store;
 use crate::campaigns;
 use crate::moderation::SenderState;
+use crate::moderation::terms::Ladder;
 use crate::sender_key::SenderKey;
 use crate::webhooks::{self, EventType};
 
@@ -64,7 +65,7 @@ pub async fn flag_breach(
     sender: &SenderKey,
     breach: &Breach,
     invite_id: Uuid,
-    confirm_repeat: bool,
+    confirm_repeat: Option<&Ladder>,
     stored: bool,
 ) -> Result<Option<SenderState>, sqlx::Error> {
     let Some(subject) = &breach.campaign else {
@@ -178,12 +179,12 @@ struct Pending {
 pub struct FollowUps {
     pool: PgPool,
     wake: Arc<Notify>,
-    /// A repeat offender's shadow ban is confirmed at once.
-    confirm_repeat: bool,
+    /// A repeat offender's shadow ban is confirmed at once, for the ladder's term.
+    confirm_repeat: Option<Ladder>,
 }
 
 impl FollowUps {
-    pub fn new(pool: PgPool, confirm_repeat: bool) -> FollowUps {
+    pub fn new(pool: PgPool, confirm_repeat: Option<Ladder>) -> FollowUps {
         FollowUps {
             pool,
             wake: Arc::new(Notify::new()),
@@ -242,7 +243,7 @@ impl FollowUps {
                         sender,
                         &b,
                         p.invite_id,
-                        self.confirm_repeat,
+                        self.confirm_repeat.as_ref(),
                         stored,
                     )
                     .await?;

@@ -99,8 +99,9 @@ pub struct InviteService {
     pub on_redis_error: RedisPolicy,
     /// Days a sender counts as new for `new_senders_only` rules.
     pub new_sender_days: i64,
-    /// Confirm a repeat offender's ban without waiting for review (deferred invites).
-    pub confirm_repeat: bool,
+    /// Confirm a repeat offender's ban without waiting for review, for the ladder's term
+    /// (deferred invites).
+    pub confirm_repeat: Option<moderation::terms::Ladder>,
     pub metrics: Metrics,
     /// Outages of each dependency, logged once each.
     pub redis: Incident,

@@ -41,6 +41,9 @@ fn latency() -> Histogram {
 /// Upper bounds of the batch-size buckets, in invites, up to the largest batch.
 const BATCH_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
+/// Upper bounds of the buckets of how late a ban ends, in seconds: the task looks every second.
+const LAG_BUCKETS: [f64; 8] = [0.5, 1.0, 2.0, 5.0, 15.0, 60.0, 300.0, 3600.0];
+
 /// The process's metrics; clones share them.
 #[derive(Clone)]
 pub struct Metrics {
@@ -62,6 +65,7 @@ struct Inner {
     http_request_seconds: Family<HttpLabels, Histogram, fn() -> Histogram>,
     batch_invites: Histogram,
     batch_retries: Counter,
+    ban_expiry_lag_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -80,6 +84,7 @@ impl Default for Metrics {
             http_request_seconds: Family::new_with_constructor(latency),
             batch_invites: Histogram::new(BATCH_BUCKETS),
             batch_retries: Counter::default(),
+            ban_expiry_lag_seconds: Histogram::new(LAG_BUCKETS),
         };
         // Counters are registered without `_total`, which the encoder appends; help texts
         // without their final period, which it adds.
@@ -144,6 +149,11 @@ impl Default for Metrics {
             "Batches written again after Postgres aborted them as deadlocked",
             inner.batch_retries.clone(),
         );
+        r.register(
+            "sendguard_ban_expiry_lag_seconds",
+            "Time from the end of a ban's term to the ban ended",
+            inner.ban_expiry_lag_seconds.clone(),
+        );
         Metrics {
             inner: Arc::new(inner),
         }
@@ -205,6 +215,13 @@ impl Metrics {
     /// One batch written again after a deadlock.
     pub fn batch_retried(&self) {
         self.inner.batch_retries.inc();
+    }
+
+    /// One ban ended, `late` after its term was over.
+    pub fn ban_expiry_lag(&self, late: Duration) {
+        self.inner
+            .ban_expiry_lag_seconds
+            .observe(late.as_secs_f64());
     }
 
     /// One email sent.

@@ -7,6 +7,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::review::{self, Review, ReviewAction, ReviewError};
+use super::terms::Ladder;
 use crate::audit::{self, Entry};
 use crate::campaigns::CHANGED;
 use crate::limiter::{KeyPrefix, Limiter};
@@ -69,6 +70,7 @@ pub async fn decide(
     limiter: &Limiter,
     keys: &KeyPrefix,
     rules: &RuleCache,
+    ladder: &Ladder,
     review: &CampaignReview<'_>,
 ) -> Result<CampaignDecided, CampaignError> {
     let mut tx = pool.begin().await?;
@@ -113,7 +115,9 @@ pub async fn decide(
         .await?;
     tx.commit().await?;
     let decided = match review.action {
-        CampaignAction::BanAll => ban_all(pool, limiter, keys, rules, &subject, review).await?,
+        CampaignAction::BanAll => {
+            ban_all(pool, limiter, keys, rules, ladder, &subject, review).await?
+        }
         _ => decided,
     };
     audit::write(
@@ -175,12 +179,14 @@ async fn release(
 }
 
 /// Confirms the ban of each sender of the campaign that is not trusted or banned already, as
-/// a review of that sender (its held invites discarded, its app told).
+/// a review of that sender (its held invites discarded, its app told), each for the ladder's
+/// term by its own strikes.
 async fn ban_all(
     pool: &PgPool,
     limiter: &Limiter,
     keys: &KeyPrefix,
     rules: &RuleCache,
+    ladder: &Ladder,
     subject: &str,
     review: &CampaignReview<'_>,
 ) -> Result<CampaignDecided, CampaignError> {
@@ -202,6 +208,7 @@ async fn ban_all(
             limiter,
             keys,
             rules,
+            ladder,
             &Review {
                 sender: &sender,
                 action: ReviewAction::ConfirmBan,
@@ -211,6 +218,8 @@ async fn ban_all(
                 admin_id: review.admin_id,
                 note: review.note,
                 release_after: std::time::Duration::ZERO,
+                term: None,
+                mistake: false,
             },
         )
         .await;

@@ -1,9 +1,11 @@
 //! Sender states and flags: what moderation reads and writes (the audit log is [`crate::audit`]).
 
 pub mod campaign;
+pub mod expiry;
 pub mod review;
 mod review_action;
 pub mod senders;
+pub mod terms;
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use crate::rules::Signal;
 use crate::rules::contribution::{Vouches, is_new};
 use crate::sender_key::SenderKey;
 use crate::webhooks::{self, EventType};
+use terms::Ladder;
 
 /// A sender's state and what the rules need to know of it, as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,18 +339,26 @@ pub async fn close_flags(
 
 /// Moves an active sender to `shadow_banned` with its flag and an audit entry, in the caller's
 /// transaction; a repeat offender (banned again within [`MEMORY_DAYS`] of a lift) goes straight
-/// to `banned` when `confirm_repeat` is set. A sender that is no longer active (trusted,
-/// already banned) is left alone. Returns the new state, if it changed. The app hears of it
-/// through its webhook, from the same transaction.
+/// to `banned`, for the ladder's term, when `confirm_repeat` gives the ladder. A sender that is
+/// no longer active (trusted, already banned) is left alone. Returns the new state, if it
+/// changed. The app hears of it through its webhook, from the same transaction.
 pub async fn shadow_ban(
     tx: &mut Transaction<'_, Postgres>,
     flag: &Flag<'_>,
-    confirm_repeat: bool,
+    confirm_repeat: Option<&Ladder>,
 ) -> Result<Option<SenderState>, sqlx::Error> {
+    let now = chrono::Utc::now();
+    let term = match confirm_repeat {
+        Some(ladder) => Some(ladder.next_term(&mut **tx, flag.sender, now).await?),
+        None => None,
+    };
+    let until = term.and_then(|t| t.until(now));
     let changed: Option<(String, bool)> = sqlx::query_as(
         "UPDATE senders SET
              state = CASE WHEN $3 AND COALESCE(lifted_at > now() - make_interval(days => $4), false)
                  THEN 'banned' ELSE 'shadow_banned' END,
+             banned_until = CASE WHEN $3 AND COALESCE(lifted_at > now() - make_interval(days => $4), false)
+                 THEN $6 END,
              repeat_offender = repeat_offender
                  OR COALESCE(lifted_at > now() - make_interval(days => $4), false),
              version = version + 1, state_changed_at = now(), state_changed_by = $5
@@ -356,9 +367,10 @@ pub async fn shadow_ban(
     )
     .bind(flag.sender.app_id)
     .bind(&flag.sender.id)
-    .bind(confirm_repeat)
+    .bind(term.is_some())
     .bind(MEMORY_DAYS)
     .bind(banned_by(flag.signal))
+    .bind(until)
     .fetch_optional(&mut **tx)
     .await?;
     let Some((state, repeat)) = changed else {
@@ -366,18 +378,7 @@ pub async fn shadow_ban(
     };
     record_flag(tx, flag, "shadow_ban", repeat).await?;
     let state: SenderState = state.parse().unwrap_or(SenderState::ShadowBanned);
-    let reason = if state == SenderState::Banned {
-        let entry = Entry {
-            sender: Some(flag.sender),
-            detail: serde_json::json!({"reason": "repeat offender, confirmed automatically"}),
-            ..Entry::new(audit::SYSTEM, "confirm_ban")
-        };
-        audit::write(&mut **tx, entry).await?;
-        EventType::SenderBanned
-    } else {
-        EventType::SenderShadowBanned
-    };
-    let data = serde_json::json!({
+    let mut data = serde_json::json!({
         "rule": flag.rule_name,
         "signal": flag.signal,
         "observed": flag.observed,
@@ -385,6 +386,25 @@ pub async fn shadow_ban(
         "window_secs": flag.window_secs,
         "repeat_offender": repeat,
     });
+    let reason = match term {
+        Some(term) if state == SenderState::Banned => {
+            terms::record(tx, flag.sender, term, until, audit::SYSTEM).await?;
+            let entry = Entry {
+                sender: Some(flag.sender),
+                detail: serde_json::json!({
+                    "reason": "repeat offender, confirmed automatically",
+                    "term": term.as_str(),
+                    "banned_until": until,
+                }),
+                ..Entry::new(audit::SYSTEM, "confirm_ban")
+            };
+            audit::write(&mut **tx, entry).await?;
+            data["term"] = term.as_str().into();
+            data["banned_until"] = serde_json::json!(until);
+            EventType::SenderBanned
+        }
+        _ => EventType::SenderShadowBanned,
+    };
     announce(tx, flag.sender, reason, data).await?;
     remember_addresses(tx, flag.sender).await?;
     Ok(Some(state))

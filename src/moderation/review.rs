@@ -8,9 +8,10 @@ use sqlx::PgPool;
 
 use super::SenderState;
 pub use super::review_action::ReviewAction;
+use super::terms::{self, Ladder, Term};
 use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
-use crate::rules::{self, Rule, RuleCache, Scope};
+use crate::rules::{self, RuleCache, Scope};
 use crate::sender_key::SenderKey;
 use crate::webhooks::EventType;
 
@@ -32,6 +33,10 @@ pub struct Review<'a> {
     /// How long released invites wait before the outbox may send them
     /// (`SENDGUARD_SETTLE_SECS`): until then the release can be undone ([`undo_release`]).
     pub release_after: std::time::Duration,
+    /// The term of a ban this review confirms; `None`: the ladder's, by the sender's strikes.
+    pub term: Option<Term>,
+    /// A lift of a confirmed ban that was a mistake: its strike is removed.
+    pub mistake: bool,
 }
 
 impl Review<'_> {
@@ -49,6 +54,8 @@ pub enum ReviewError {
         "this sender changed since you loaded the page (now {state}, version {version}); reload and decide again"
     )]
     Stale { state: String, version: i64 },
+    #[error("sender `{0}` is not banned")]
+    NotBanned(String),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
     #[error("clearing counters: {0}")]
@@ -66,7 +73,7 @@ pub struct Reviewed {
 
 /// Locks the sender's row for the caller's transaction and answers its state and the count of
 /// its held invites, when its version is still the one the admin's page showed.
-async fn lock_at(
+pub async fn lock_at(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     sender: &SenderKey,
     seen_version: i64,
@@ -95,31 +102,57 @@ pub async fn apply(
     limiter: &Limiter,
     keys: &KeyPrefix,
     rules: &RuleCache,
+    ladder: &Ladder,
+    review: &Review<'_>,
+) -> Result<Reviewed, ReviewError> {
+    prepare(pool, limiter, keys, rules, review).await?;
+    let mut tx = pool.begin().await?;
+    let done = apply_in(&mut tx, ladder, review).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// What a review does before its transaction: a lift clears the sender's counters of the rules
+/// it tripped, with no row locked while Redis answers. An invite that sees the lift counts in
+/// cleared counters, and a lift Redis cannot clear is not applied at all (the next invite would
+/// trip the same counters and flag the sender again, as a repeat offender).
+pub async fn prepare(
+    pool: &PgPool,
+    limiter: &Limiter,
+    keys: &KeyPrefix,
+    rules: &RuleCache,
+    review: &Review<'_>,
+) -> Result<(), ReviewError> {
+    if !review.action.lifts() {
+        return Ok(());
+    }
+    let sender = review.sender;
+    let current: Option<(i64, i64)> =
+        sqlx::query_as("SELECT version, held_stored FROM senders WHERE app_id = $1 AND id = $2")
+            .bind(sender.app_id)
+            .bind(&sender.id)
+            .fetch_optional(pool)
+            .await?;
+    // A page already stale is refused in the transaction, without clearing anything.
+    let fresh = current.is_some_and(|(version, held)| {
+        version == review.seen_version && !review.releases_unseen(held)
+    });
+    if fresh {
+        clear_counters(pool, limiter, keys, rules, sender).await?;
+    }
+    Ok(())
+}
+
+/// The review's changes in the caller's transaction, after [`prepare`]: the sender's state,
+/// its held invites, its flags, the strike and term of a confirmed ban, the audit entry and
+/// the app's webhook event.
+pub async fn apply_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    ladder: &Ladder,
     review: &Review<'_>,
 ) -> Result<Reviewed, ReviewError> {
     let sender = review.sender;
-    // A lift clears the sender's counters of the rules it tripped before it commits, with no
-    // row locked while Redis answers: an invite that sees the lift counts in cleared counters,
-    // and a lift Redis cannot clear is not applied at all (the next invite would trip the same
-    // counters and flag the sender again, as a repeat offender).
-    if review.action.lifts() {
-        let current: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT version, held_stored FROM senders WHERE app_id = $1 AND id = $2",
-        )
-        .bind(sender.app_id)
-        .bind(&sender.id)
-        .fetch_optional(pool)
-        .await?;
-        // A page already stale is refused below, without clearing anything.
-        let fresh = current.is_some_and(|(version, held)| {
-            version == review.seen_version && !review.releases_unseen(held)
-        });
-        if fresh {
-            clear_counters(pool, limiter, keys, rules, sender).await?;
-        }
-    }
-    let mut tx = pool.begin().await?;
-    let (state, held) = lock_at(&mut tx, sender, review.seen_version).await?;
+    let (state, held) = lock_at(tx, sender, review.seen_version).await?;
     // Held invites only come in under the sender's lock, so the count read here stays until
     // the commit.
     if review.releases_unseen(held) {
@@ -132,15 +165,37 @@ pub async fn apply(
         Some(s) => s,
         None => state.parse().unwrap_or(SenderState::Active),
     };
+    let now = chrono::Utc::now();
+    let term = match (review.action.confirms(), review.term) {
+        (false, _) => None,
+        (true, Some(term)) => Some(term),
+        (true, None) => Some(ladder.next_term(&mut **tx, sender, now).await?),
+    };
+    let until = term.and_then(|t| t.until(now));
+    // The strike names the rules of the flags this ban confirms, read before they close.
+    if let Some(term) = term {
+        terms::record(tx, sender, term, until, review.actor).await?;
+    }
+    let ban = if term.is_some() {
+        latest_flag(tx, sender).await?
+    } else {
+        None
+    };
+    let mistake = review.mistake && review.action.lifts() && state == "banned";
+    if mistake {
+        terms::remove_latest(tx, sender, review.actor, "mistake").await?;
+    }
     // A lift remembers when a ban ended (a ban within MEMORY_DAYS after is a repeat offence);
     // a trusted sender made active again was never banned. Any decision answers a request for
-    // review.
+    // review. A ban's term is set by the decision that confirms it, kept by one that leaves the
+    // state, and ends with any other.
     let version: i64 = sqlx::query_scalar(
         "UPDATE senders SET state = $2, version = version + 1, state_changed_at = now(),
              state_changed_by = $4, review_requested_at = NULL,
              held_stored = CASE WHEN $3 THEN 0 ELSE held_stored END,
              lifted_at = CASE WHEN $5 AND state IN ('shadow_banned', 'banned') THEN now()
-                 ELSE lifted_at END
+                 ELSE lifted_at END,
+             banned_until = CASE WHEN $7 THEN $8 WHEN $2 = 'banned' THEN banned_until END
          WHERE app_id = $6 AND id = $1 RETURNING version",
     )
     .bind(&sender.id)
@@ -149,48 +204,54 @@ pub async fn apply(
     .bind(review.actor)
     .bind(review.action.lifts())
     .bind(sender.app_id)
-    .fetch_one(&mut *tx)
+    .bind(term.is_some())
+    .bind(until)
+    .fetch_one(&mut **tx)
     .await?;
     if review.action.bans() {
-        super::remember_addresses(&mut tx, sender).await?;
+        super::remember_addresses(tx, sender).await?;
     }
-    super::close_flags(&mut tx, sender).await?;
+    super::close_flags(tx, sender).await?;
     let invites_changed = match review.action.held_become() {
-        // Released invites go to the queue as they are: they were counted when they came in.
-        Some(status) => sqlx::query(
-            "UPDATE invites SET status = $2,
-                 next_attempt_at = CASE WHEN $2 = 'queued'
-                     THEN now() + make_interval(secs => $5) END,
-                 decision = decision || jsonb_build_object('decided',
-                     jsonb_build_object('status', $2, 'by', $4::text, 'at', now()))
-             WHERE app_id = $3 AND sender_id = $1 AND status = 'held'",
-        )
-        .bind(&sender.id)
-        .bind(status)
-        .bind(sender.app_id)
-        .bind(review.actor)
-        .bind(review.release_after.as_secs_f64())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected(),
+        Some(status) => {
+            discard_or_release(tx, sender, status, review.actor, review.release_after).await?
+        }
         None => 0,
     };
+    let mut detail = json!({"from": state, "to": new_state.as_str(), "invites": invites_changed});
+    if let Some(term) = term {
+        detail["term"] = term.as_str().into();
+        detail["banned_until"] = json!(until);
+    }
+    if mistake {
+        detail["strike_removed"] = true.into();
+    }
     audit::write(
-        &mut *tx,
+        &mut **tx,
         Entry {
             admin_id: review.admin_id,
             sender: Some(sender),
-            detail: json!({"from": state, "to": new_state.as_str(), "invites": invites_changed}),
+            detail,
             note: review.note,
             ..Entry::new(review.actor, review.action.as_str())
         },
     )
     .await?;
     if let Some(event) = review.action.event() {
-        let data = json!({"previous_state": state, "state": new_state.as_str()});
-        super::announce(&mut tx, sender, event, data).await?;
+        let mut data = json!({"previous_state": state, "state": new_state.as_str()});
+        if let Some(term) = term {
+            data["banned_until"] = json!(until);
+            data["term"] = term.as_str().into();
+            // The statement of reasons: the rule the ban confirms, its count and limit.
+            data["rule"] = json!(ban.as_ref().map(|b| &b.0));
+            data["observed"] = json!(ban.as_ref().map(|b| b.1));
+            data["limit"] = json!(ban.as_ref().map(|b| b.2));
+        }
+        if review.action.lifts() {
+            data["reason"] = REVIEWED.into();
+        }
+        super::announce(tx, sender, event, data).await?;
     }
-    tx.commit().await?;
     Ok(Reviewed {
         state: new_state,
         version,
@@ -198,9 +259,89 @@ pub async fn apply(
     })
 }
 
-/// Clears the sender's counters of the rules it tripped: of the sender, and of the addresses it
-/// used within twice an IP rule's window.
-async fn clear_counters(
+/// The `reason` of a `sender.lifted` event a person decided.
+const REVIEWED: &str = "reviewed";
+
+/// The rule, count and limit of the sender's latest open flag.
+async fn latest_flag(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sender: &SenderKey,
+) -> Result<Option<(String, i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT rule_name, observed, limit_count FROM flags
+         WHERE app_id = $1 AND sender_id = $2 AND closed_at IS NULL
+         ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// Moves every held invite of the sender to `status` (`queued` or `discarded`), marked with
+/// who decided; answers how many. Released invites go to the queue as they are: they were
+/// counted when they came in.
+pub(super) async fn discard_or_release(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sender: &SenderKey,
+    status: &str,
+    actor: &str,
+    release_after: std::time::Duration,
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE invites SET status = $2,
+             next_attempt_at = CASE WHEN $2 = 'queued'
+                 THEN now() + make_interval(secs => $5) END,
+             decision = decision || jsonb_build_object('decided',
+                 jsonb_build_object('status', $2, 'by', $4::text, 'at', now()))
+         WHERE app_id = $3 AND sender_id = $1 AND status = 'held'",
+    )
+    .bind(&sender.id)
+    .bind(status)
+    .bind(sender.app_id)
+    .bind(actor)
+    .bind(release_after.as_secs_f64())
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
+}
+
+/// Changes the term of the sender's ban from its start, decided on the sender's page at
+/// `seen_version`; audited. Refused for a sender not `banned`.
+pub async fn change_term(
+    pool: &PgPool,
+    sender: &SenderKey,
+    seen_version: i64,
+    term: Term,
+    actor: &str,
+    admin_id: Option<i64>,
+    note: Option<&str>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, ReviewError> {
+    let mut tx = pool.begin().await?;
+    let (state, _) = lock_at(&mut tx, sender, seen_version).await?;
+    if state != SenderState::Banned.as_str() {
+        return Err(ReviewError::NotBanned(sender.id.clone()));
+    }
+    let until = terms::set_term(&mut tx, sender, term).await?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id,
+            sender: Some(sender),
+            detail: json!({"term": term.as_str(), "banned_until": until}),
+            note,
+            ..Entry::new(actor, "change_term")
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(until)
+}
+
+/// Clears the sender's own counters of the rules it tripped. A counter whose subject other
+/// senders share (an address, a recipient, a domain, the global count) stays as it is: one
+/// sender's lift must not hand the others a fresh allowance (docs/DESIGN.md §3b).
+pub(super) async fn clear_counters(
     pool: &PgPool,
     limiter: &Limiter,
     keys: &KeyPrefix,
@@ -215,55 +356,13 @@ async fn clear_counters(
     .fetch_all(pool)
     .await?;
     let tripped: BTreeSet<String> = tripped.into_iter().collect();
-    let tripped: Vec<Rule> = rules
+    let subject = rules::sender_subject(sender);
+    let to_clear: Vec<(LimitKey, Quota)> = rules
         .all()
         .into_iter()
-        .filter(|r| tripped.contains(&r.name))
+        .filter(|r| r.scope == Scope::Sender && tripped.contains(&r.name))
+        .map(|rule| (keys.key(&subject, &rule.name, &rule.quota), rule.quota))
         .collect();
-    // The addresses the sender used within twice the longest window of a tripped IP rule (a
-    // sliding-window counter weighs the window before too, the hash counters a sub-window
-    // more): an older one counts nothing now, and the sender's whole history is not read.
-    let ip_window = tripped
-        .iter()
-        .filter(|r| r.scope == Scope::Ip)
-        .map(|r| r.quota.window_ms.saturating_mul(2))
-        .max();
-    let ips: Vec<String> = match ip_window {
-        None => Vec::new(),
-        Some(window_ms) => {
-            sqlx::query_scalar(
-                "SELECT DISTINCT sender_ip FROM invites
-                 WHERE app_id = $1 AND sender_id = $2 AND sender_ip IS NOT NULL
-                     AND created_at > now() - make_interval(secs => $3)",
-            )
-            .bind(sender.app_id)
-            .bind(&sender.id)
-            .bind(window_ms as f64 / 1000.0)
-            .fetch_all(pool)
-            .await?
-        }
-    };
-    let mut to_clear: Vec<(LimitKey, Quota)> = Vec::new();
-    for rule in &tripped {
-        let subjects: Vec<String> = match rule.scope {
-            Scope::Sender => vec![rules::sender_subject(sender)],
-            Scope::Ip => ips
-                .iter()
-                .filter_map(|ip| ip.parse().ok())
-                .map(|ip| rules::address_subject(sender.app_id, ip))
-                .collect(),
-            // Recipients, payloads and the global count belong to others too: left as they
-            // are (a lift must not reset a campaign).
-            Scope::Recipient
-            | Scope::RecipientDomain
-            | Scope::Global
-            | Scope::Fingerprint
-            | Scope::LinkDomain => Vec::new(),
-        };
-        for subject in subjects {
-            to_clear.push((keys.key(&subject, &rule.name, &rule.quota), rule.quota));
-        }
-    }
     let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
     limiter.clear(&pairs).await?;
     Ok(())

@@ -19,6 +19,9 @@ pub enum ReviewAction {
     MarkTrusted,
     /// Hold this sender's invites from now on, pending review.
     ShadowBan,
+    /// Ban by hand, for a term, without a flag to confirm (a user reported by other means):
+    /// held invites are discarded, the sender is `banned`.
+    Ban,
     /// Send the held invites; the sender's state stays (invites held by a `hold` rule).
     ReleaseHeld,
     /// Throw the held invites away; the sender's state stays.
@@ -36,7 +39,7 @@ impl ReviewAction {
     /// The sender's state after the decision; `None` keeps it.
     pub(super) fn new_state(self) -> Option<SenderState> {
         match self {
-            ReviewAction::ConfirmBan => Some(SenderState::Banned),
+            ReviewAction::ConfirmBan | ReviewAction::Ban => Some(SenderState::Banned),
             ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard => {
                 Some(SenderState::Active)
             }
@@ -49,9 +52,10 @@ impl ReviewAction {
     /// What happens to the held invites.
     pub(super) fn held_become(self) -> Option<&'static str> {
         match self {
-            ReviewAction::ConfirmBan | ReviewAction::LiftAndDiscard | ReviewAction::DiscardHeld => {
-                Some("discarded")
-            }
+            ReviewAction::ConfirmBan
+            | ReviewAction::Ban
+            | ReviewAction::LiftAndDiscard
+            | ReviewAction::DiscardHeld => Some("discarded"),
             ReviewAction::LiftAndRelease
             | ReviewAction::MarkTrusted
             | ReviewAction::ReleaseHeld => Some("queued"),
@@ -67,13 +71,21 @@ impl ReviewAction {
     }
 
     pub(super) fn bans(self) -> bool {
-        matches!(self, ReviewAction::ConfirmBan | ReviewAction::ShadowBan)
+        matches!(
+            self,
+            ReviewAction::ConfirmBan | ReviewAction::Ban | ReviewAction::ShadowBan
+        )
+    }
+
+    /// Whether the decision confirms a ban: it takes a term and is a strike.
+    pub fn confirms(self) -> bool {
+        matches!(self, ReviewAction::ConfirmBan | ReviewAction::Ban)
     }
 
     /// What the sender's app hears through its webhook.
     pub(super) fn event(self) -> Option<EventType> {
         match self {
-            ReviewAction::ConfirmBan => Some(EventType::SenderBanned),
+            ReviewAction::ConfirmBan | ReviewAction::Ban => Some(EventType::SenderBanned),
             ReviewAction::LiftAndRelease | ReviewAction::LiftAndDiscard => {
                 Some(EventType::SenderLifted)
             }
@@ -95,6 +107,7 @@ impl ReviewAction {
             ReviewAction::LiftAndDiscard => state.holds_invites(),
             ReviewAction::MarkTrusted => state != SenderState::Trusted,
             ReviewAction::ShadowBan => !state.holds_invites(),
+            ReviewAction::Ban => !state.holds_invites(),
             ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => {
                 !state.holds_invites() && held > 0
             }
@@ -128,6 +141,8 @@ impl ReviewAction {
             }
             ReviewAction::MarkTrusted => "Mark trusted".into(),
             ReviewAction::ShadowBan => "Shadow-ban".into(),
+            ReviewAction::Ban if held > 0 => format!("Ban and discard {held} held {invites}"),
+            ReviewAction::Ban => "Ban".into(),
             ReviewAction::ReleaseHeld => format!("Release {held} held {invites}"),
             ReviewAction::DiscardHeld => format!("Discard {held} held {invites}"),
             ReviewAction::Dismiss => "Dismiss: nothing to do".into(),
@@ -137,8 +152,9 @@ impl ReviewAction {
     /// Once taken: what can still be undone, and how.
     pub fn afterwards(self) -> &'static str {
         match self {
-            ReviewAction::ConfirmBan => {
-                "The ban can be lifted from this page; discarded invites cannot be restored."
+            ReviewAction::ConfirmBan | ReviewAction::Ban => {
+                "The ban ends with its term; it can be lifted, or its term changed, from this \
+                 page. Discarded invites cannot be restored."
             }
             ReviewAction::ShadowBan => {
                 "Lift the ban from this page to undo it; what it holds meanwhile can be released."

@@ -165,13 +165,15 @@ pub struct Sender {
     pub review_requested: bool,
     /// Invites delivered, for the acceptance rate.
     pub sent: i64,
+    /// When a `banned` sender's term ends; none while banned: permanent.
+    pub banned_until: Option<Time>,
 }
 
 pub async fn find(pool: &PgPool, sender: &SenderKey) -> Result<Option<Sender>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, state, version, first_seen_at, last_seen_at, created_in_app_at, held_stored,
              held_overflow, accepted, linked_to, repeat_offender, first_address,
-             review_requested_at IS NOT NULL AS review_requested,
+             review_requested_at IS NOT NULL AS review_requested, banned_until,
              (SELECT count(*) FROM invites i
               WHERE i.app_id = s.app_id AND i.sender_id = s.id AND i.status = 'sent') AS sent
          FROM senders s WHERE app_id = $1 AND id = $2",

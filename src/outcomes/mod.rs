@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::limiter::{Check, KeyPrefix, Limiter, LimiterError};
+use crate::moderation::terms::Ladder;
 use crate::moderation::{self, Flag, SenderState, SenderStates};
 use crate::rules::contribution::{VOUCH_AFTER, VOUCHING_DOMAINS};
 use crate::rules::{Action, RuleCache, Signal, Subjects};
@@ -83,8 +84,8 @@ pub struct Outcomes {
     pub keys: KeyPrefix,
     pub rules: RuleCache,
     pub senders: SenderStates,
-    /// Confirm a repeat offender's ban without waiting for review.
-    pub confirm_repeat: bool,
+    /// Confirm a repeat offender's ban without waiting for review, for the ladder's term.
+    pub confirm_repeat: Option<Ladder>,
 }
 
 /// Outcomes the task reads at a time.
@@ -346,7 +347,7 @@ impl Outcomes {
             return Ok(());
         }
         if rule.action == Action::ShadowBan {
-            moderation::shadow_ban(&mut tx, &flag, self.confirm_repeat).await?;
+            moderation::shadow_ban(&mut tx, &flag, self.confirm_repeat.as_ref()).await?;
         } else {
             // The invite went out before its outcome came: nothing is held; the flag is on
             // the sender's page.

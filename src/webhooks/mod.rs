@@ -36,16 +36,18 @@ pub enum EventType {
     SenderTrusted,
     InviteHeld,
     CampaignDetected,
+    AppealDecided,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 6] = [
+    pub const ALL: [EventType; 7] = [
         EventType::SenderShadowBanned,
         EventType::SenderBanned,
         EventType::SenderLifted,
         EventType::SenderTrusted,
         EventType::InviteHeld,
         EventType::CampaignDetected,
+        EventType::AppealDecided,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -56,6 +58,7 @@ impl EventType {
             EventType::SenderTrusted => "sender.trusted",
             EventType::InviteHeld => "invite.held",
             EventType::CampaignDetected => "campaign.detected",
+            EventType::AppealDecided => "appeal.decided",
         }
     }
 }
@@ -188,7 +191,8 @@ mod tests {
                 "sender.lifted",
                 "sender.trusted",
                 "invite.held",
-                "campaign.detected"
+                "campaign.detected",
+                "appeal.decided"
             ]
         );
     }

@@ -117,6 +117,9 @@ fn positional_arguments_are_described() {
         (&["admin", "add"], "<USERNAME>"),
         (&["admin", "disable"], "<USERNAME>"),
         (&["rules", "apply"], "<FILE>"),
+        (&["sender", "ban"], "<APP>"),
+        (&["sender", "ban"], "<SENDER_ID>"),
+        (&["sender", "lift"], "<SENDER_ID>"),
     ] {
         let mut with_help = args.to_vec();
         with_help.push("--help");

@@ -313,3 +313,90 @@ async fn a_moderator_bans_a_campaign_in_one_decision() {
     assert_eq!(banned, 8);
     b.close().await;
 }
+
+/// A moderator confirms a ban for a term picked on the sender page, then answers the sender's
+/// appeal from the appeals page: granted, with a reply, the ban lifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moderator_confirms_a_ban_with_a_term_and_grants_its_appeal() {
+    let stage = Stage::start(
+        "browser_appeals",
+        &["UPDATE rules SET limit_count = 3 WHERE name = 'sender-hourly'"],
+    )
+    .await;
+    let pool = &stage.pool;
+    sendguard::admin::accounts::add(pool, "mona", PASSWORD, Role::Moderator, "test")
+        .await
+        .expect("moderator");
+    let base = stage.base();
+    let api = Api::new(base.clone(), api_key(pool).await);
+    for n in 0..4 {
+        let invite = api.invite(
+            json!({"sender_id": "sorry", "recipient": format!("team{n}@example.org"),
+            "sender_name": "Ana", "message": "Here are the notes from today's stand-up"}),
+        );
+        assert_eq!(invite.await.status(), StatusCode::OK);
+    }
+    assert_eq!(stage.settle().await, 3);
+
+    let b = Browser::start().await;
+    b.goto(&format!("{base}/admin/login")).await;
+    b.fill("#username", "mona").await;
+    b.fill("#password", PASSWORD).await;
+    b.click("form[action='/admin/login'] button").await;
+    assert!(b.wait_for_url("/admin/queue").await, "{}", b.url().await);
+    b.goto(&format!("{base}/admin/senders/default/sorry")).await;
+    assert!(b.wait_for_text("Term of a ban").await);
+    b.click("#term option[value='1d']").await;
+    b.click("button[value='confirm_ban']").await;
+    assert!(
+        b.wait_for_text("The ban's term: <strong>1 day</strong>")
+            .await
+    );
+    b.click("button.danger[type='submit']").await;
+    assert!(b.wait_for_text("Done: confirm ban").await);
+    let left: f64 = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM banned_until - now())::float8 FROM senders
+         WHERE id = 'sorry' AND state = 'banned'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("banned");
+    assert!(left > 23.0 * 3600.0 && left <= 24.0 * 3600.0, "{left}");
+
+    let (status, appeal) = api
+        .appeal("sorry", "These were my own colleagues; please look again.")
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{appeal}");
+    let id = appeal["id"].as_str().expect("id").to_owned();
+    b.goto(&format!("{base}/admin/appeals")).await;
+    assert!(b.wait_for_text("my own colleagues").await);
+    assert!(
+        b.source().await.contains("sender-hourly"),
+        "the flag beside it"
+    );
+    b.screenshot(&shot("appeals")).await;
+    b.fill(
+        &format!("#reply-{id}"),
+        "Sorry for the trouble: your invitations are back on.",
+    )
+    .await;
+    b.click("button[value='grant_discard']").await;
+    assert!(b.wait_for_text("Appeal granted").await);
+    assert!(b.wait_for_text("No appeal is open.").await);
+    let (state, status, reply): (String, String, Option<String>) = sqlx::query_as(
+        "SELECT s.state, a.status, a.reply FROM senders s
+         JOIN appeals a ON a.app_id = s.app_id AND a.sender_id = s.id WHERE s.id = 'sorry'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("decided");
+    assert_eq!(
+        (state.as_str(), status.as_str(), reply.as_deref()),
+        (
+            "active",
+            "granted",
+            Some("Sorry for the trouble: your invitations are back on.")
+        )
+    );
+    b.close().await;
+}

@@ -323,7 +323,7 @@ async fn decisions_are_offered_only_where_they_apply() {
     let (_, page) = stage.get(&browser, "/admin/senders/default/calm").await;
     assert_eq!(
         page.actions(),
-        ["mark_trusted", "shadow_ban"],
+        ["mark_trusted", "shadow_ban", "ban"],
         "active with nothing held"
     );
 

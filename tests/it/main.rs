@@ -2,7 +2,9 @@
 
 mod addresses;
 mod admin_security;
+mod appeals;
 mod apps;
+mod bans_by_hand;
 mod campaigns;
 mod cli_errors;
 mod dashboard_browser;
@@ -15,6 +17,7 @@ mod fuzz_routes;
 mod group_commit;
 mod instances;
 mod invites_api;
+mod lifecycle;
 mod limiter_model;
 mod limiter_redis;
 mod metrics;

@@ -630,6 +630,7 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
                 &limiter,
                 &sendguard::limiter::KeyPrefix::default(),
                 &rules,
+                &Default::default(),
                 &Review {
                     sender: &spammy,
                     action,
@@ -639,6 +640,8 @@ async fn an_apps_receiver_gets_every_event_signed_even_after_refusing_twice() {
                     admin_id: None,
                     note: None,
                     release_after: std::time::Duration::ZERO,
+                    term: None,
+                    mistake: false,
                 },
             )
             .await

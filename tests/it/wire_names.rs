@@ -6,6 +6,7 @@ use std::str::FromStr;
 use sendguard::admin::accounts::Role;
 use sendguard::moderation::SenderState;
 use sendguard::moderation::review::ReviewAction;
+use sendguard::moderation::terms::Term;
 use sendguard::outcomes::OutcomeType;
 use sendguard::rules::{Action, Scope, Signal};
 
@@ -99,6 +100,7 @@ fn every_name_is_as_it_was() {
             ReviewAction::LiftAndDiscard,
             ReviewAction::MarkTrusted,
             ReviewAction::ShadowBan,
+            ReviewAction::Ban,
             ReviewAction::ReleaseHeld,
             ReviewAction::DiscardHeld,
             ReviewAction::Dismiss,
@@ -110,10 +112,17 @@ fn every_name_is_as_it_was() {
             "lift_and_discard",
             "mark_trusted",
             "shadow_ban",
+            "ban",
             "release_held",
             "discard_held",
             "dismiss",
         ],
         "review action",
+    );
+    names(
+        Term::VARIANTS,
+        Term::as_str,
+        &["1d", "7d", "30d", "permanent"],
+        "ban term",
     );
 }

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::decision::DecisionRecord;
 use super::policy::{Breach, Status};
 use super::validate::ValidInvite;
+use crate::moderation::terms::Ladder;
 use crate::moderation::{self, Flag, SenderState, Standing};
 use crate::rules::Action;
 use crate::sender_key::SenderKey;
@@ -124,7 +125,7 @@ pub async fn flag(
     breach: &Breach,
     invite_id: Option<Uuid>,
     campaign_id: Option<i64>,
-    confirm_repeat: bool,
+    confirm_repeat: Option<&Ladder>,
     stored: bool,
 ) -> Result<Option<SenderState>, sqlx::Error> {
     let flag = Flag {

@@ -186,10 +186,7 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
     let invite = Invite::read(body)?;
 
     let sender_id = invite.sender_id;
-    if sender_id.is_empty() {
-        return Err(field_error("sender_id", "must not be empty"));
-    }
-    single_line("sender_id", &sender_id, SENDER_ID_MAX)?;
+    sender_id_is_valid(&sender_id)?;
 
     let (recipient, recipient_domain) = recipient(&invite.recipient)?;
 
@@ -223,32 +220,11 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         Some(raw) => Some(crate::urls::email_link(&raw).map_err(|e| field_error("accept_url", e))?),
     };
 
-    let message = invite.message;
-    if let Some(m) = &message {
-        if m.chars().count() > MESSAGE_MAX {
-            return Err(field_error(
-                "message",
-                format!("must be at most {MESSAGE_MAX} characters"),
-            ));
-        }
-        if m.chars()
-            .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t')
-        {
-            return Err(field_error(
-                "message",
-                "must not contain control characters other than line breaks and tabs",
-            ));
-        }
-        if m.chars().any(reorders) {
-            return Err(field_error(
-                "message",
-                "must not contain bidirectional controls",
-            ));
-        }
+    let message = match invite.message {
+        Some(m) => Some(free_text("message", &m)?),
+        None => None,
     }
-    let message = message
-        .map(|m| m.replace("\r\n", "\n").replace('\r', "\n"))
-        .filter(|m| !m.trim().is_empty());
+    .filter(|m| !m.trim().is_empty());
 
     let sender_created_at = match invite.sender_created_at {
         None => None,
@@ -270,6 +246,42 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
         sender_created_at,
         accept_url,
     })
+}
+
+/// A sender id as every API body carries it: 1 to 128 printable characters on one line.
+pub fn sender_id_is_valid(sender_id: &str) -> Result<(), InvalidBody> {
+    if sender_id.is_empty() {
+        return Err(field_error("sender_id", "must not be empty"));
+    }
+    single_line("sender_id", sender_id, SENDER_ID_MAX)
+}
+
+/// A sender's free text of at most 2,000 characters, as `message` is checked: line breaks and
+/// tabs allowed, other control characters and bidirectional controls refused. Answers it with
+/// its line breaks made `\n`.
+pub fn free_text(field: &'static str, text: &str) -> Result<String, InvalidBody> {
+    if text.chars().count() > MESSAGE_MAX {
+        return Err(field_error(
+            field,
+            format!("must be at most {MESSAGE_MAX} characters"),
+        ));
+    }
+    if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t')
+    {
+        return Err(field_error(
+            field,
+            "must not contain control characters other than line breaks and tabs",
+        ));
+    }
+    if text.chars().any(reorders) {
+        return Err(field_error(
+            field,
+            "must not contain bidirectional controls",
+        ));
+    }
+    Ok(text.replace("\r\n", "\n").replace('\r', "\n"))
 }
 
 /// What only the key's app can say about an invite: where its link may point.

@@ -73,6 +73,36 @@ impl Api {
             .status()
     }
 
+    /// Passes on `sender`'s appeal (`POST /api/v1/appeals`); answers the status and the body.
+    pub async fn appeal(&self, sender: &str, text: &str) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .post(format!("{}/api/v1/appeals", self.base))
+            .bearer_auth(&self.key)
+            .json(&json!({"sender_id": sender, "text": text}))
+            .send()
+            .await
+            .expect("appeal");
+        (resp.status(), resp.json().await.unwrap_or_default())
+    }
+
+    /// Reads a sender's standing (`GET /api/v1/senders/{id}`, the id percent-encoded as one
+    /// segment); answers the status and the body.
+    pub async fn standing(&self, sender: &str) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .get(format!(
+                "{}/api/v1/senders/{}",
+                self.base,
+                sendguard::urls::component(sender)
+            ))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .expect("standing");
+        (resp.status(), resp.json().await.unwrap_or_default())
+    }
+
     /// An invite that must be answered 200; answers its id.
     pub async fn accepted(&self, sender: &str, recipient: &str) -> String {
         let (status, id) = self
