@@ -8,6 +8,7 @@ pub mod apps;
 pub mod audit;
 mod backoff;
 pub mod cache;
+pub mod campaigns;
 mod changes;
 pub mod coalesce;
 pub mod config;
