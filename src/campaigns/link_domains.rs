@@ -21,7 +21,7 @@ pub fn link_domains<'a>(
 ) -> Vec<String> {
     let own: Vec<String> = app_link_hosts
         .iter()
-        .map(|h| registrable_domain(h))
+        .map(|h| registrable_domain(h).into_owned())
         .collect();
     let mut found: Vec<String> = Vec::new();
     let links = texts
@@ -30,7 +30,7 @@ pub fn link_domains<'a>(
         .flat_map(links::find)
         .filter(|l| l.kind != LinkKind::Email);
     for link in links {
-        let domain = registrable_domain(&link.host);
+        let domain = registrable_domain(&link.host).into_owned();
         if !own.contains(&domain) && !found.contains(&domain) {
             found.push(domain);
             if found.len() == MAX_LINK_DOMAINS {
@@ -46,17 +46,16 @@ pub fn link_domains<'a>(
 /// like an app's link hosts, cut to one label below its public suffix
 /// (`share.evil.example.co.uk` → `example.co.uk`). A host with no such domain (an IP address,
 /// a name under no known suffix, a suffix itself) is its own.
-pub fn registrable_domain(host: &str) -> String {
+pub fn registrable_domain(host: &str) -> Cow<'_, str> {
     let host = host.trim_end_matches('.');
     if host.parse::<IpAddr>().is_ok() {
-        return host.to_owned();
+        return Cow::Borrowed(host);
     }
-    let ascii = if host.is_ascii() {
-        Cow::Borrowed(host)
-    } else {
-        idna::domain_to_ascii(host).map_or(Cow::Borrowed(host), Cow::Owned)
-    };
-    psl::domain_str(&ascii).unwrap_or(&ascii).to_owned()
+    if host.is_ascii() {
+        return Cow::Borrowed(psl::domain_str(host).unwrap_or(host));
+    }
+    let ascii = idna::domain_to_ascii(host).unwrap_or_else(|_| host.to_owned());
+    Cow::Owned(psl::domain_str(&ascii).unwrap_or(&ascii).to_owned())
 }
 
 #[cfg(test)]

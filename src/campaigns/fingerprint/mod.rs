@@ -9,8 +9,8 @@ mod index;
 mod signature;
 
 use icu_normalizer::ComposingNormalizerBorrowed;
-use icu_properties::props::{DefaultIgnorableCodePoint, GeneralCategory};
-use icu_properties::{CodePointMapData, CodePointSetData};
+use icu_properties::CodePointMapData;
+use icu_properties::props::GeneralCategory;
 
 use super::link_domains::registrable_domain;
 use crate::signals::links;
@@ -20,6 +20,9 @@ pub use signature::{BANDS, ROWS, Signature, VALUES, VERSION, jaccard};
 
 /// Texts shorter than this once normalised ("join my doc") say too little to group.
 pub const MIN_CHARS: usize = 20;
+
+/// Letters that draw nothing (Hangul fillers), used as invisible separators and names.
+const HANGUL_FILLERS: [char; 4] = ['\u{115f}', '\u{1160}', '\u{3164}', '\u{ffa0}'];
 
 /// An invite's text as campaigns count it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +58,7 @@ pub fn of_invite(message: Option<&str>, sender_name: Option<&str>) -> Option<Fin
 /// (punctuation, symbols, spacing) one space between words.
 pub fn normalise(text: &str) -> String {
     let mut out = Normalised {
-        text: String::with_capacity(text.len()),
+        text: Vec::with_capacity(text.len()),
         space: false,
     };
     let mut rest = 0;
@@ -65,12 +68,15 @@ pub fn normalise(text: &str) -> String {
         rest = link.end;
     }
     out.segment(text.get(rest..).unwrap_or_default());
-    out.text
+    // Only whole characters were written.
+    String::from_utf8(out.text)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// The text being built, and whether a space is due before the next word character.
+/// The text being built (UTF-8, as bytes: most of it is ASCII, written a byte at a time), and
+/// whether a space is due before the next word character.
 struct Normalised {
-    text: String,
+    text: Vec<u8>,
     space: bool,
 }
 
@@ -85,37 +91,43 @@ impl Normalised {
         }
         let segment = ComposingNormalizerBorrowed::new_nfkc().normalize(segment);
         let category = CodePointMapData::<GeneralCategory>::new();
-        let ignorable = CodePointSetData::new::<DefaultIgnorableCodePoint>();
-        // A mark or an invisible character inside a word leaves the word whole.
-        let dropped = |c: char| {
-            ignorable.contains(c)
-                || matches!(
-                    category.get(c),
-                    GeneralCategory::NonspacingMark | GeneralCategory::EnclosingMark
-                )
-        };
-        for c in segment.chars().filter(|&c| !dropped(c)) {
+        for c in segment.chars() {
             if c.is_ascii() {
                 self.ascii(c as u8);
-            } else if c.is_numeric() {
-                self.digit();
-            } else if let Some(letter) = confusables::fold(c) {
-                self.push(letter);
-            } else {
-                for l in c.to_lowercase() {
-                    if l.is_alphanumeric() {
-                        self.push(l);
-                    } else if !dropped(l) {
-                        self.space = true;
+                continue;
+            }
+            match category.get(c) {
+                // Dropped, leaving a word whole: invisible characters (what the
+                // Default_Ignorable_Code_Point property lists is these categories, the Hangul
+                // fillers and unassigned code points) and combining marks.
+                GeneralCategory::Format
+                | GeneralCategory::NonspacingMark
+                | GeneralCategory::EnclosingMark => {}
+                _ if HANGUL_FILLERS.contains(&c) => {}
+                GeneralCategory::DecimalNumber
+                | GeneralCategory::LetterNumber
+                | GeneralCategory::OtherNumber => self.digit(),
+                _ => match confusables::fold(c) {
+                    Some(letter) => self.push(letter),
+                    None => {
+                        for l in c.to_lowercase() {
+                            if l.is_alphanumeric() {
+                                self.push(l);
+                            } else if category.get(l) != GeneralCategory::NonspacingMark {
+                                self.space = true;
+                            }
+                        }
                     }
-                }
+                },
             }
         }
     }
 
+    // Called for each byte of a text: inlined into the loops.
+    #[inline(always)]
     fn ascii(&mut self, b: u8) {
         if b.is_ascii_alphabetic() {
-            self.push(char::from(b.to_ascii_lowercase()));
+            self.push_byte(b.to_ascii_lowercase());
         } else if b.is_ascii_digit() {
             self.digit();
         } else {
@@ -124,25 +136,34 @@ impl Normalised {
     }
 
     fn digit(&mut self) {
-        if self.space || !self.text.ends_with('#') {
-            self.push('#');
+        if self.space || self.text.last() != Some(&b'#') {
+            self.push_byte(b'#');
         }
     }
 
     fn push(&mut self, c: char) {
+        let mut buf = [0; 4];
+        // Once its first byte is in, no space is due: the character stays whole.
+        c.encode_utf8(&mut buf)
+            .bytes()
+            .for_each(|b| self.push_byte(b));
+    }
+
+    #[inline(always)]
+    fn push_byte(&mut self, b: u8) {
         if self.space && !self.text.is_empty() {
-            self.text.push(' ');
+            self.text.push(b' ');
         }
         self.space = false;
-        self.text.push(c);
+        self.text.push(b);
     }
 
     /// A word of its own, taken as it is (a domain keeps its dots and digits).
     fn word(&mut self, word: &str) {
-        self.space = true;
-        for c in word.chars() {
-            self.push(c);
+        if !self.text.is_empty() {
+            self.text.push(b' ');
         }
+        self.text.extend_from_slice(word.as_bytes());
         self.space = true;
     }
 }

@@ -64,7 +64,7 @@ fn signatures_are_fixed_in_the_code() {
     let signature = Signature::of("your parcel is waiting call # to claim it");
     assert_eq!(
         hex::encode(&signature.to_bytes()[..17]),
-        "01958886687710cc56b3b2c70da66fb822",
+        "01db2e438337d78e92d0ff07885b841090",
         "{signature:?}"
     );
 }
