@@ -52,7 +52,7 @@ pub fn of_invite(message: Option<&str>, sender_name: Option<&str>) -> Option<Fin
 }
 
 /// `text` as fingerprints compare it: Unicode NFKC, look-alike letters folded to the Latin
-/// letter they imitate, invisible characters and combining marks dropped, lower case, each run
+/// letter they imitate, invisible characters and combining marks dropped, case folded, each run
 /// of digits one `#` (a changed phone number or reference is the same text), each link its
 /// registrable domain (a changed path or a disguise is the same link), and everything else
 /// (punctuation, symbols, spacing) one space between words.
@@ -111,7 +111,15 @@ impl Normalised {
                     Some(letter) => self.push(letter),
                     None => {
                         for l in c.to_lowercase() {
-                            if l.is_alphanumeric() {
+                            // Case folding where it differs from lower case: ß is ss, a final
+                            // sigma a sigma. The look-alikes once more: Σ is σ, which is o.
+                            let l = if l == 'ς' { 'σ' } else { l };
+                            if l == 'ß' {
+                                self.push('s');
+                                self.push('s');
+                            } else if let Some(letter) = confusables::fold(l) {
+                                self.push(letter);
+                            } else if l.is_alphanumeric() {
                                 self.push(l);
                             } else if category.get(l) != GeneralCategory::NonspacingMark {
                                 self.space = true;

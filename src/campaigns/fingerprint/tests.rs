@@ -34,6 +34,7 @@ fn folds_look_alikes_full_width_and_marks() {
         "free café"
     );
     assert_eq!(normalise("İstanbul"), "istanbul");
+    assert_eq!(normalise("ΣΟΣ, Straße"), normalise("σος strasse"));
 }
 
 #[test]
