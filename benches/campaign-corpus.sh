@@ -241,14 +241,14 @@ offline_bulk = bulk_of(would_hold)
 offline_fp = [i for i in would_hold if i not in offline_bulk]
 print(f'  offline: of the {len(would_hold)} it would hold, {len(would_hold) - len(offline_fp)} are bulk mail'
       f' and {len(offline_fp)} false positives ({100 * len(offline_fp) / max(len(ham_texts), 1):.3f}% of ham)')
-for i in offline_fp[:10]:
+for i in offline_fp[:20]:
     print(f'    offline false positive ham-{i}: {ham_texts[i][:70]!r}')
 bulk = bulk_of(held)
 false_positives = [i for i in held if i not in bulk]
 rate = 100 * len(false_positives) / max(len(ham_texts), 1)
 print(f'  held by the campaign rules: {len(held)}; bulk mail {len(bulk)}; false positives'
       f' {len(false_positives)} ({rate:.3f}% of ham; the bound is 0.1%)')
-for i in false_positives[:10]:
+for i in false_positives[:20]:
     print(f'    false positive ham-{i}: {ham_texts[i][:70]!r}')
 other_held = sum(1 for i in range(len(ham_texts)) if invites.get(f'ham-{i}', ('', ''))[0] == 'held' and i not in held)
 if other_held:
