@@ -1,6 +1,6 @@
-//! MinHash over word 3-shingles: 64 minima, each the estimate of one random permutation's
-//! first shingle, so that the share of equal minima estimates the Jaccard index of two texts'
-//! shingle sets. Everything is fixed in the code (hash, seeds, layout), so a signature computed
+//! MinHash over word 3-shingles: for each of 64 hash functions, the least value it gives any of
+//! the text's shingles. Two texts' minima are equal with probability the Jaccard index of their
+//! shingle sets, so the share of equal minima estimates it. Everything is fixed in the code (hash, seeds, layout), so a signature computed
 //! anywhere, any time, compares with one stored in Redis or Postgres; [`VERSION`] names it.
 
 /// Bumped whenever anything that changes a signature changes (normalisation included):
@@ -38,7 +38,7 @@ impl Signature {
             // Value i is h1 + i·h2 (mod 2^32), the pair the two halves of one mixed hash: for a
             // fixed i a value uniform and independent across shingles, which is all MinHash
             // needs of a permutation. The order is that of i32 (any fixed order does), which
-            // the vectorised loop compares in one step.
+            // the vectorised loop compares in fewer instructions than u32's.
             let h = mix(shingle ^ SEED);
             let (h1, h2) = (h as u32, (h >> 32) as u32);
             let mut value = h1;
