@@ -1,8 +1,10 @@
 //! `sendguard bench limiter`: decisions per second of each script next to a plain PING.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use sendguard::campaigns::fingerprint::groups;
 use sendguard::limiter::simulate::to_table;
 use sendguard::limiter::{RedisSettings, bench};
 
@@ -17,6 +19,19 @@ pub enum BenchCommand {
         /// Calls measured per row; the median is printed.
         #[arg(long, default_value_t = 20_000)]
         iterations: usize,
+    },
+    /// Time to fingerprint a 2,000-character message (normalise and sign it); with `--groups`,
+    /// a corpus's groups instead.
+    Fingerprint {
+        /// Calls measured per row; the median is printed.
+        #[arg(long, default_value_t = 20_000)]
+        iterations: usize,
+        /// A file of texts, one JSON string a line: prints, as CSV, each line's group of
+        /// near-duplicates (Jaccard index of normalised word 3-shingles at least 0.7) and the
+        /// fingerprint group it joins when the texts arrive in order (empty: no fingerprint).
+        /// Each group is named by its first line (from 0).
+        #[arg(long)]
+        groups: Option<PathBuf>,
     },
 }
 
@@ -55,6 +70,18 @@ impl BenchCommand {
                 print!("{}", to_table(&["call", "median_us", "links_found"], &rows));
                 Ok(())
             }
+            BenchCommand::Fingerprint {
+                groups: Some(file), ..
+            } => fingerprint_groups(&file),
+            BenchCommand::Fingerprint { iterations, .. } => {
+                let rows: Vec<Vec<String>> =
+                    sendguard::campaigns::fingerprint::bench::run(iterations)
+                        .into_iter()
+                        .map(|r| vec![r.call.into(), format!("{:.2}", r.median_us)])
+                        .collect();
+                print!("{}", to_table(&["call", "median_us"], &rows));
+                Ok(())
+            }
         }
     }
 }
@@ -74,5 +101,31 @@ async fn limiter(args: &BenchLimiterArgs) -> Result<(), Failure> {
         Format::Csv => print!("{}", bench::to_csv(&rows)),
         Format::Table => print!("{}", bench::to_text(&rows)),
     }
+    Ok(())
+}
+
+/// The near-duplicate threshold of the evaluations (DESIGN §3d): a Jaccard index of 0.7.
+const NEAR_DUPLICATE: f64 = 0.7;
+
+fn fingerprint_groups(file: &PathBuf) -> Result<(), Failure> {
+    let content = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let texts = content
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str::<String>(line)
+                .map_err(|e| format!("line {}: not a JSON string: {e}", i + 1))
+        })
+        .collect::<Result<Vec<String>, String>>()?;
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let exact = groups::near_duplicates(&texts, NEAR_DUPLICATE);
+    let joined = groups::fingerprint_groups(&texts);
+    let mut out = String::from("line,near_duplicate_group,fingerprint_group\n");
+    for (line, (exact, joined)) in exact.iter().zip(&joined).enumerate() {
+        let joined = joined.map(|g| g.to_string()).unwrap_or_default();
+        out.push_str(&format!("{line},{exact},{joined}\n"));
+    }
+    print!("{out}");
     Ok(())
 }

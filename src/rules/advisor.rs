@@ -130,7 +130,7 @@ pub async fn score(
     let (apps, ids) = arrays(latest.keys());
     let invites: Vec<Replayed> = sqlx::query_as(
         "SELECT i.id, i.app_id, i.sender_id, i.sender_ip, i.recipient, i.recipient_domain, i.resource,
-             i.message, i.sender_name, i.created_at
+             i.message, i.sender_name, i.created_at, i.campaign_keys
          FROM unnest($1::bigint[], $2::text[]) AS w (app_id, id)
          JOIN invites i ON i.app_id = w.app_id AND i.sender_id = w.id
          WHERE i.created_at > now() - interval '30 days'

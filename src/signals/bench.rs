@@ -22,7 +22,7 @@ pub fn sample_message() -> String {
 }
 
 /// The median time of one call, in microseconds, over `iterations` calls.
-fn median_micros(iterations: usize, mut call: impl FnMut() -> usize) -> (f64, usize) {
+pub(crate) fn median_micros(iterations: usize, mut call: impl FnMut() -> usize) -> (f64, usize) {
     let mut times = Vec::with_capacity(iterations);
     let mut found = 0;
     for _ in 0..iterations {

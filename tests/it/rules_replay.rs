@@ -177,9 +177,10 @@ async fn a_backtest_gives_every_recorded_invite_its_live_verdict() {
             );
         }
     }
-    // Every signal and every scope but global had work to do, and some rules were exceeded.
+    // Every signal and every scope but global had work to do (the campaign rules too), and
+    // some rules were exceeded.
     let rules: std::collections::BTreeSet<&str> = live.keys().map(|(_, r)| r.as_str()).collect();
-    assert_eq!(rules.len(), 11, "{rules:?}");
+    assert_eq!(rules.len(), 13, "{rules:?}");
     assert!(live.values().any(|(_, o)| o == "exceeded"));
     let differing: Vec<_> = live
         .iter()

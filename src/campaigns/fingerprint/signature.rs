@@ -1,0 +1,197 @@
+//! MinHash over word 3-shingles: for each of 64 hash functions, the least value it gives any of
+//! the text's shingles. Two texts' minima are equal with probability the Jaccard index of their
+//! shingle sets, so the share of equal minima estimates it. Everything is fixed in the code (hash, seeds, layout), so a signature computed
+//! anywhere, any time, compares with one stored in Redis or Postgres; [`VERSION`] names it.
+
+/// Bumped whenever anything that changes a signature changes (normalisation included):
+/// stored keys and signatures carry it, so old ones are never compared with new ones.
+pub const VERSION: u8 = 1;
+/// Minima per signature.
+pub const VALUES: usize = 64;
+/// Bands of [`ROWS`] minima each: two texts become candidates when one band is equal in full.
+/// With 16 × 4, texts at a Jaccard index of 0.7 share a band with probability 0.99, texts at
+/// 0.3 with 0.12 (then the confirmation against the whole signature turns them away).
+pub const BANDS: usize = 16;
+pub const ROWS: usize = VALUES / BANDS;
+
+/// Words in a shingle.
+const SHINGLE: usize = 3;
+/// The seed of a shingle's hash, and of the bands' keys (fixed for ever at this [`VERSION`]).
+const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The MinHash signature of a normalised text.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Signature([u32; VALUES]);
+
+impl std::fmt::Debug for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Signature({:08x}…)", self.0[0])
+    }
+}
+
+impl Signature {
+    /// The signature of a normalised text (words separated by single spaces). A text of fewer
+    /// than three words is one shingle of its words.
+    pub fn of(normalised: &str) -> Signature {
+        let mut minima = [i32::MAX as u32; VALUES];
+        for_each_shingle(normalised, |shingle| {
+            // Value i is h1 + i·h2 (mod 2^32), the pair the two halves of one mixed hash: for a
+            // fixed i a value uniform and independent across shingles, which is all MinHash
+            // needs of a permutation. The order is that of i32 (any fixed order does), which
+            // the vectorised loop compares in fewer instructions than u32's.
+            let h = mix(shingle ^ SEED);
+            let (h1, h2) = (h as u32, (h >> 32) as u32);
+            let mut value = h1;
+            for m in &mut minima {
+                *m = ((*m as i32).min(value as i32)) as u32;
+                value = value.wrapping_add(h2);
+            }
+        });
+        Signature(minima)
+    }
+
+    /// Each band's minima hashed to one key (the band's number included, so equal minima in
+    /// two different bands are two keys).
+    pub fn bands(&self) -> [u64; BANDS] {
+        let mut keys = [0; BANDS];
+        for (band, (key, rows)) in keys.iter_mut().zip(self.0.chunks_exact(ROWS)).enumerate() {
+            let mut h = mix(band as u64 ^ SEED);
+            for &v in rows {
+                h = mix(h ^ u64::from(v));
+            }
+            *key = h;
+        }
+        keys
+    }
+
+    /// The share of equal minima: an estimate of the Jaccard index of the two texts' shingles.
+    pub fn agreement(&self, other: &Signature) -> f64 {
+        self.equal(other) as f64 / VALUES as f64
+    }
+
+    /// Whether two texts are near-duplicates: more than half of the minima agree.
+    pub fn matches(&self, other: &Signature) -> bool {
+        self.equal(other) * 2 > VALUES
+    }
+
+    fn equal(&self, other: &Signature) -> usize {
+        self.0.iter().zip(&other.0).filter(|(a, b)| a == b).count()
+    }
+
+    /// [`VERSION`], then the minima, little-endian: 257 bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(1 + 4 * VALUES);
+        bytes.push(VERSION);
+        for v in self.0 {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// A signature from [`Signature::to_bytes`]; `None` for anything else, a signature of
+    /// another version included.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Signature> {
+        let (&version, values) = bytes.split_first()?;
+        if version != VERSION || values.len() != 4 * VALUES {
+            return None;
+        }
+        let mut minima = [0; VALUES];
+        for (m, chunk) in minima.iter_mut().zip(values.chunks_exact(4)) {
+            *m = u32::from_le_bytes(chunk.try_into().ok()?);
+        }
+        Some(Signature(minima))
+    }
+}
+
+/// The Jaccard index of two texts' sets of word 3-shingles after [`super::normalise`]; for
+/// evaluations. Shingles compare by a 64-bit hash: with a few hundred shingles a text, two
+/// different ones collide about once in 10^14 comparisons.
+pub fn jaccard(a: &str, b: &str) -> f64 {
+    shingle_set_jaccard(
+        &shingle_set(&super::normalise(a)),
+        &shingle_set(&super::normalise(b)),
+    )
+}
+
+/// The distinct shingles of a normalised text, sorted.
+pub(super) fn shingle_set(normalised: &str) -> Vec<u64> {
+    let mut set = Vec::new();
+    for_each_shingle(normalised, |s| set.push(s));
+    set.sort_unstable();
+    set.dedup();
+    set
+}
+
+/// The Jaccard index of two sorted sets; two empty sets are equal.
+pub(super) fn shingle_set_jaccard(a: &[u64], b: &[u64]) -> f64 {
+    let (mut i, mut j, mut both) = (0, 0, 0);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                both += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    let union = a.len() + b.len() - both;
+    if union == 0 {
+        1.0
+    } else {
+        both as f64 / union as f64
+    }
+}
+
+/// Calls `f` with the hash of each word 3-shingle of a normalised text, in order (a text of
+/// fewer words: one shingle of them all; no words: none). Each word is hashed once.
+fn for_each_shingle(normalised: &str, mut f: impl FnMut(u64)) {
+    let mut window = [0u64; SHINGLE];
+    let mut words = 0;
+    for word in normalised.split(' ').filter(|w| !w.is_empty()) {
+        window.rotate_left(1);
+        window[SHINGLE - 1] = word_hash(word);
+        words += 1;
+        if words >= SHINGLE {
+            f(combine(&window));
+        }
+    }
+    if (1..SHINGLE).contains(&words) {
+        f(combine(&window[SHINGLE - words..]));
+    }
+}
+
+/// The hash of a sequence of word hashes (each already mixed): order matters, and its length
+/// does.
+fn combine(words: &[u64]) -> u64 {
+    words.iter().fold(words.len() as u64, |h, &w| {
+        (h.rotate_left(23) ^ w).wrapping_mul(0x9fb2_1c65_1e98_df25)
+    })
+}
+
+/// The word's bytes eight at a time, multiplied in, then mixed: stable everywhere, unlike std's
+/// hasher, and one step for most words.
+fn word_hash(word: &str) -> u64 {
+    let h = word
+        .as_bytes()
+        .chunks(8)
+        .fold(word.len() as u64, |h, chunk| {
+            let block = chunk
+                .iter()
+                .fold(0u64, |b, &byte| (b << 8) | u64::from(byte));
+            (h ^ block)
+                .wrapping_mul(0x9fb2_1c65_1e98_df25)
+                .rotate_left(29)
+        });
+    mix(h)
+}
+
+/// A 64-bit finaliser (xor-shift, multiply, xor-shift): every input bit moves every output bit.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 32;
+    x = x.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    x ^= x >> 32;
+    x = x.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    x ^ (x >> 32)
+}
