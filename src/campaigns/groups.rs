@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use redis::Script;
 
-use super::fingerprint::{Index, Signature};
+use super::fingerprint::{AGREEING, Index, Signature};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
 
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
@@ -76,7 +76,6 @@ impl Groups {
                 let key =
                     |kind: &str, g: u64| format!("{}:{{campaign-groups}}:{kind}:{g}", self.prefix);
                 let bytes = signature.to_bytes();
-                let needed = bytes.len() / 4 / 2 + 1;
                 let mut call = script.key(key("b", generation));
                 call.key(key("b", generation.saturating_sub(1)))
                     .key(key("s", generation))
@@ -84,7 +83,7 @@ impl Groups {
                     .arg(bytes)
                     .arg(&fresh)
                     .arg(window * 2)
-                    .arg(needed);
+                    .arg(AGREEING);
                 for band in signature.bands() {
                     call.arg(band);
                 }

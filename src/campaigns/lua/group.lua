@@ -1,17 +1,18 @@
 -- The near-duplicate group of one text (src/campaigns/groups.rs).
 -- KEYS[1], KEYS[2]: band -> group, this generation and the last one.
 -- KEYS[3], KEYS[4]: group -> signature, this generation and the last one.
--- ARGV[1]: the text's signature; ARGV[2]: the id of a new group; ARGV[3]: the keys' lifetime
--- in seconds; ARGV[4]: the values that must agree for a match; ARGV[5..]: the text's bands.
+-- ARGV[1]: the text's signature (a version byte, then 4 bytes per value); ARGV[2]: the id of a
+-- new group; ARGV[3]: the keys' lifetime in seconds; ARGV[4]: the values that must agree for a
+-- match; ARGV[5..]: the text's bands.
 local sig = ARGV[1]
 local needed = tonumber(ARGV[4])
 
 local function agreement(other)
-  if not other or #other ~= #sig then
+  if not other or #other ~= #sig or string.byte(other, 1) ~= string.byte(sig, 1) then
     return 0
   end
   local same = 0
-  for i = 1, #sig, 4 do
+  for i = 2, #sig, 4 do
     if string.sub(sig, i, i + 3) == string.sub(other, i, i + 3) then
       same = same + 1
     end
