@@ -43,11 +43,7 @@ impl From<Campaign> for CampaignRow {
         CampaignRow {
             path: format!("/admin/campaigns/{}", c.id),
             id: c.id,
-            kind: if c.kind == "link_domain" {
-                "linked domain"
-            } else {
-                "text"
-            },
+            kind: store::kind_words(&c.kind),
             normalised: c.normalised,
             sample: marked(c.sample.as_deref().unwrap_or("")),
             senders: c.senders,

@@ -132,11 +132,7 @@ pub(super) async fn queue(
             .map(|c| QueueCampaign {
                 path: format!("/admin/campaigns/{}", c.id),
                 id: c.id,
-                kind: if c.kind == "link_domain" {
-                    "linked domain"
-                } else {
-                    "text"
-                },
+                kind: crate::campaigns::store::kind_words(&c.kind),
                 rule: c.rule_name,
                 senders: c.senders,
                 text: c.sample.unwrap_or(c.normalised).chars().take(140).collect(),

@@ -30,6 +30,15 @@ pub struct Campaign {
     pub first_seen_at: Option<DateTime<Utc>>,
 }
 
+/// What a campaign of `kind` is, in a moderator's words.
+pub fn kind_words(kind: &str) -> &'static str {
+    if kind == super::LINK_DOMAIN {
+        "linked domain"
+    } else {
+        "text"
+    }
+}
+
 /// Records the campaign of `subject` (a rule of `rule_name` was exceeded by invite `invite`)
 /// or, when it is known, its last sighting; answers its id and whether it is marked benign.
 pub async fn detect(
