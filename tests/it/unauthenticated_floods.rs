@@ -191,9 +191,11 @@ async fn one_key_holds_only_a_quarter_of_the_api() {
         "POST /api/v1/invites",
         &format!("Authorization: Bearer {}\r\n", greedy.key),
     );
-    // Sent without a pause: the API waits at most 2 s for these bodies.
+    // Sent without a pause: the API waits at most 2 s for these bodies. More than the key's
+    // quarter (256) must be held; on a loaded machine a connection may time out, which changes
+    // nothing the test is about (seen once in a CI run: 299 of 300).
     let held = hold(stage.app.addr, &SOURCES[..2], 150, &head).await;
-    assert_eq!(held.len(), 300);
+    assert!(held.len() > 270, "only {} requests held", held.len());
 
     let mut refused = false;
     for n in 0..20 {
