@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{AppealError, Standing};
-use crate::http::{ApiError, ApiKey, Problem, RetryAfter, require_json, unknown_field};
+use crate::http::{ApiError, ApiKey, Problem, RetryAfter, json_object, require_json};
 use crate::invites::validate::{free_text, sender_id_is_valid};
 use crate::sender_key::SenderKey;
 
@@ -115,19 +115,7 @@ pub async fn create(
 }
 
 fn parse(body: &[u8]) -> Result<AppealRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::BadRequest(
-            "the body must be a JSON object".into(),
-        ));
-    };
-    if let Some(field) = unknown_field(&obj, FIELDS) {
-        return Err(ApiError::UnknownField {
-            field,
-            known: FIELDS,
-        });
-    }
+    let obj = json_object(body, FIELDS)?;
     let string = |field: &'static str| {
         obj.get(field)
             .and_then(Value::as_str)

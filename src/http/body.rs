@@ -65,6 +65,25 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// A request body as a JSON object of `known` fields only: a 400 for a body that is not JSON
+/// or not an object, a 422 naming the first field that is not known.
+pub fn json_object(
+    body: &[u8],
+    known: &'static [&'static str],
+) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(obj) = value else {
+        return Err(ApiError::BadRequest(
+            "the body must be a JSON object".into(),
+        ));
+    };
+    if let Some(field) = unknown_field(&obj, known) {
+        return Err(ApiError::UnknownField { field, known });
+    }
+    Ok(obj)
+}
+
 /// The first field of `obj` that is not one of `known`: a body's fields are checked by name, so
 /// that a misspelt one (`acceptUrl`) is refused rather than dropped.
 pub fn unknown_field(obj: &Map<String, Value>, known: &[&str]) -> Option<String> {

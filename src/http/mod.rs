@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 pub use address::{ClientAddr, TrustedProxies, group};
 pub use api_key::{ApiKey, ApiKeys};
-pub use body::{BodyLimit, require_json, unknown_field};
+pub use body::{BodyLimit, json_object, require_json, unknown_field};
 pub use error::{ApiError, ErrorCause, Problem, RateLimited, RetryAfter};
 pub use middleware::{Edge, Gate, SecurityHeaders, guard, observe, security_headers};
 

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{OutcomeError, OutcomeType, Outcomes};
-use crate::http::{ApiError, ApiKey, Problem, RetryAfter, require_json, unknown_field};
+use crate::http::{ApiError, ApiKey, Problem, RetryAfter, json_object, require_json};
 
 /// The fields of [`Event`].
 const FIELDS: &[&str] = &["invite_id", "type"];
@@ -98,19 +98,7 @@ pub async fn record(
 }
 
 fn parse(body: &[u8]) -> Result<Event, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::BadRequest(
-            "the body must be a JSON object".into(),
-        ));
-    };
-    if let Some(field) = unknown_field(&obj, FIELDS) {
-        return Err(ApiError::UnknownField {
-            field,
-            known: FIELDS,
-        });
-    }
+    let obj = json_object(body, FIELDS)?;
     let invalid = |field, detail: &str| ApiError::Invalid {
         field,
         detail: detail.into(),
