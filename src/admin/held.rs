@@ -12,7 +12,8 @@ use super::error::AdminError;
 use super::format::Notice;
 use super::senders::{render_sender, same_sender, sender_of, sender_path};
 use super::session::Admin;
-use crate::moderation::review::{self, InviteDecision, ReviewError};
+use crate::moderation::held::{self, InviteDecision};
+use crate::moderation::review::{self, ReviewError};
 
 fn back(app: &str, id: &str, notice: Notice) -> Response {
     Redirect::to(&format!("{}?{}", sender_path(app, id), notice.query())).into_response()
@@ -45,7 +46,7 @@ pub(super) async fn undo_release(
     admin.check_csrf(&form.csrf)?;
     same_sender(&form.sender, &app, &id)?;
     let sender = sender_of(&dashboard, &app, &id)?;
-    let held = review::undo_release(
+    let held = held::undo_release(
         &dashboard.pool,
         &sender,
         &admin.0.username,
@@ -72,7 +73,7 @@ pub(super) async fn decide_invite(
         "discard" => InviteDecision::Discard,
         _ => return Err(AdminError::BadForm("decide release or discard".into())),
     };
-    let decided = review::decide_invite(
+    let decided = held::decide_invite(
         &dashboard.pool,
         &sender,
         form.version,

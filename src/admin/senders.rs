@@ -18,7 +18,7 @@ use super::session::Admin;
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::SenderState;
-use crate::moderation::review::{self, ReviewAction};
+use crate::moderation::review::ReviewAction;
 use crate::moderation::senders::{self, Sender, SentInvite};
 use crate::moderation::terms::{self, Term};
 use crate::rules::{self, Scope, Signal};
@@ -394,7 +394,7 @@ pub(super) async fn render_sender(
     let (bounces, complaints) = senders::outcomes_last_day(pool, key).await?;
     let history = audit::of_sender(pool, key).await?;
     let (counters, counters_error) = counters(dashboard, key).await;
-    let releases_waiting = match review::releases_waiting(pool, key).await? {
+    let releases_waiting = match crate::moderation::held::releases_waiting(pool, key).await? {
         (n, Some(leaves)) if n > 0 => Some((n, time(Some(leaves)))),
         _ => None,
     };

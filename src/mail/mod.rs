@@ -3,6 +3,7 @@
 //! queued invites; the email itself is [`render`].
 
 mod handoff;
+mod queries;
 mod render;
 mod retry;
 mod transport;
@@ -30,6 +31,8 @@ use crate::outcomes::Outcomes;
 use crate::recipients::{LinkKey, Purpose};
 use handoff::Handed;
 pub use handoff::{Handoff, Slot};
+pub use queries::{CLAIM, MARK_SENT, SUPPRESS};
+use queries::{RELEASE, RENEW};
 use render::{Content, Envelope};
 pub use retry::RETRY;
 use retry::Unreachable;
@@ -85,54 +88,6 @@ pub struct OutboxSettings {
     /// Pause when there is nothing to send.
     pub idle: Duration,
 }
-
-/// Claims a batch of due invites for one worker (`$1`) for `$2` seconds, at most `$3`. The
-/// batch is picked once (a materialized CTE), then updated by id within the span of its
-/// `created_at`, so that only the weeks holding it are searched, whatever plan is cached. A
-/// claimed invite (here, or written claimed by the writer) is due again when its lease runs
-/// out, so the search of the outbox's index stops at the due ones instead of walking every
-/// invite in a lease.
-pub const CLAIM: &str = "WITH due AS MATERIALIZED (
-             SELECT id, created_at FROM invites
-             WHERE status = 'queued' AND next_attempt_at <= now()
-               AND (claimed_until IS NULL OR claimed_until < now())
-             ORDER BY next_attempt_at
-             LIMIT $3
-             FOR UPDATE SKIP LOCKED)
-         UPDATE invites SET claimed_by = $1, claimed_until = now() + make_interval(secs => $2),
-                 next_attempt_at = now() + make_interval(secs => $2)
-             WHERE id = ANY(ARRAY(SELECT id FROM due))
-               AND created_at BETWEEN (SELECT min(created_at) FROM due)
-                   AND (SELECT max(created_at) FROM due)
-             RETURNING id, app_id, recipient, resource, message, sender_name, accept_url,
-                 attempts, created_at,
-                 EXISTS (SELECT 1 FROM suppressions s
-                         WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient)
-                     AS unsubscribed";
-
-/// Marks invites (`$1`, written from `$3` to `$4`) that worker `$2` delivered.
-pub const MARK_SENT: &str = "UPDATE invites SET status = 'sent', sent_at = now(),
-         attempts = attempts + 1, last_error = NULL, next_attempt_at = NULL,
-         claimed_by = NULL, claimed_until = NULL
-     WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
-
-/// Suppresses invites (`$1`, written from `$3` to `$4`) of worker `$2` whose recipients
-/// unsubscribed.
-pub const SUPPRESS: &str = "UPDATE invites SET status = 'suppressed',
-         decision = decision || '{\"suppressed\": \"unsubscribed\"}'::jsonb,
-         next_attempt_at = NULL, claimed_by = NULL, claimed_until = NULL
-     WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
-
-/// Extends worker `$2`'s lease on invites (`$1`, written from `$3` to `$4`) still being sent by
-/// `$5` seconds, so that no other worker takes them over while their sends are under way.
-const RENEW: &str = "UPDATE invites SET claimed_until = now() + make_interval(secs => $5),
-         next_attempt_at = now() + make_interval(secs => $5)
-     WHERE id = ANY($1) AND claimed_by = $2 AND created_at BETWEEN $3 AND $4";
-
-/// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
-const RELEASE: &str = "UPDATE invites SET claimed_by = NULL, claimed_until = NULL,
-         next_attempt_at = now()
-     WHERE status = 'queued' AND claimed_by = $1";
 
 /// Sends the invites its instance's writer hands over, and claims the other queued ones
 /// (released, retried, deferred, or handed to an instance that died). Several instances may

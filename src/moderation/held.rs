@@ -1,0 +1,196 @@
+//! What happens to a sender's held invites apart from a review of the sender: one invite
+//! released or discarded, and the undo of a release while its invites still wait for the
+//! settle time.
+
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::SenderState;
+use super::review::{ReviewError, lock_at};
+use crate::audit::{self, Entry};
+use crate::sender_key::SenderKey;
+use crate::webhooks::EventType;
+
+/// Released invites of a sender still waiting for their settle time: how many, and when the
+/// first of them leaves. A release can be undone for them ([`undo_release`]).
+pub async fn releases_waiting(
+    pool: &PgPool,
+    sender: &SenderKey,
+) -> Result<(i64, Option<chrono::DateTime<chrono::Utc>>), sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT count(*), min(next_attempt_at) FROM invites WHERE {RELEASED_WAITING}"
+    ))
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_one(pool)
+    .await
+}
+
+/// A sender's released invites that have not left: queued by a reviewer's release, due after
+/// now, and claimed by no outbox.
+const RELEASED_WAITING: &str = "app_id = $1 AND sender_id = $2 AND status = 'queued'
+     AND decision -> 'decided' ->> 'status' = 'queued' AND next_attempt_at > now()
+     AND (claimed_until IS NULL OR claimed_until < now())";
+
+/// Holds again a sender's released invites that have not left, audited. When the release came
+/// with a lift (the sender is `active`, lifted by `actor` since the invites were released), the
+/// sender is shadow-banned again, as it was. Answers how many invites were held again.
+pub async fn undo_release(
+    pool: &PgPool,
+    sender: &SenderKey,
+    actor: &str,
+    admin_id: Option<i64>,
+) -> Result<u64, ReviewError> {
+    let mut tx = pool.begin().await?;
+    let current: Option<(String, Option<String>)> = sqlx::query_as(
+        "SELECT state, state_changed_by FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((state, changed_by)) = current else {
+        return Err(ReviewError::NotFound(sender.id.clone()));
+    };
+    let held = sqlx::query(&format!(
+        "UPDATE invites SET status = 'held', next_attempt_at = NULL,
+             decision = decision || jsonb_build_object('decided',
+                 jsonb_build_object('status', 'held', 'by', $3::text, 'at', now(),
+                     'undid', 'release'))
+         WHERE {RELEASED_WAITING}"
+    ))
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .bind(actor)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if held == 0 {
+        return Ok(0);
+    }
+    let lifted = state == SenderState::Active.as_str() && changed_by.as_deref() == Some(actor);
+    sqlx::query(
+        "UPDATE senders SET held_stored = held_stored + $3, version = version + 1,
+             state = CASE WHEN $4 THEN 'shadow_banned' ELSE state END,
+             state_changed_at = CASE WHEN $4 THEN now() ELSE state_changed_at END,
+             state_changed_by = CASE WHEN $4 THEN $5 ELSE state_changed_by END,
+             lifted_at = CASE WHEN $4 THEN NULL ELSE lifted_at END
+         WHERE app_id = $1 AND id = $2",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .bind(held as i64)
+    .bind(lifted)
+    .bind(actor)
+    .execute(&mut *tx)
+    .await?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id,
+            sender: Some(sender),
+            detail: json!({"invites": held, "banned_again": lifted}),
+            ..Entry::new(actor, "undo_release")
+        },
+    )
+    .await?;
+    if lifted {
+        let data = json!({"previous_state": "active", "state": "shadow_banned"});
+        super::announce(&mut tx, sender, EventType::SenderShadowBanned, data).await?;
+    }
+    tx.commit().await?;
+    Ok(held)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InviteDecision {
+    /// Send it, `after` this long (the settle time, while the release can be undone): back to
+    /// the queue, not counted again.
+    Release {
+        after: std::time::Duration,
+    },
+    Discard,
+}
+
+impl InviteDecision {
+    fn status(self) -> &'static str {
+        match self {
+            InviteDecision::Release { .. } => "queued",
+            InviteDecision::Discard => "discarded",
+        }
+    }
+
+    fn action(self) -> &'static str {
+        match self {
+            InviteDecision::Release { .. } => "release_invite",
+            InviteDecision::Discard => "discard_invite",
+        }
+    }
+
+    /// Seconds a released invite waits.
+    fn wait_secs(self) -> f64 {
+        match self {
+            InviteDecision::Release { after } => after.as_secs_f64(),
+            InviteDecision::Discard => 0.0,
+        }
+    }
+}
+
+/// Releases or discards one held invite of `sender`, audited; the sender's state stays. Decided
+/// on the page of the sender at `seen_version`, like a review, so that a release is not made
+/// on a page from before a ban; the decision moves the version on in turn, so that a ban
+/// decided on a page from before the release is refused. False when the invite is not (any
+/// more) held.
+pub async fn decide_invite(
+    pool: &PgPool,
+    sender: &SenderKey,
+    seen_version: i64,
+    invite_id: uuid::Uuid,
+    decision: InviteDecision,
+    actor: &str,
+    admin_id: Option<i64>,
+) -> Result<bool, ReviewError> {
+    let mut tx = pool.begin().await?;
+    lock_at(&mut tx, sender, seen_version).await?;
+    let changed = sqlx::query(
+        "UPDATE invites SET status = $3,
+             next_attempt_at = CASE WHEN $3 = 'queued'
+                 THEN now() + make_interval(secs => $6) END,
+             decision = decision || jsonb_build_object('decided',
+                 jsonb_build_object('status', $3, 'by', $5::text, 'at', now()))
+         WHERE id = $1 AND app_id = $4 AND sender_id = $2 AND status = 'held'",
+    )
+    .bind(invite_id)
+    .bind(&sender.id)
+    .bind(decision.status())
+    .bind(sender.app_id)
+    .bind(actor)
+    .bind(decision.wait_secs())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !changed {
+        return Ok(false);
+    }
+    sqlx::query(
+        "UPDATE senders SET held_stored = GREATEST(held_stored - 1, 0), version = version + 1
+         WHERE app_id = $1 AND id = $2",
+    )
+    .bind(sender.app_id)
+    .bind(&sender.id)
+    .execute(&mut *tx)
+    .await?;
+    audit::write(
+        &mut *tx,
+        Entry {
+            admin_id,
+            sender: Some(sender),
+            detail: json!({"invite": invite_id}),
+            ..Entry::new(actor, decision.action())
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
