@@ -167,11 +167,10 @@ ceiling_phase() {
 \set n random(1, 20000)
 \set r random(1, 5000)
 INSERT INTO ceiling (id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
-    resource, status, decision, next_attempt_at)
+    resource, status, decision)
 VALUES (gen_random_uuid(), 1, 1, 'u' || :n, 'r' || :r || '@example.com', 'example.com', '10.1.2.3',
     'doc-' || :n, 'queued',
-    '{"rules": [["global-minute", 60548, 10000, 60, "exceeded"], ["ip-hourly", 7, 300, 3600, "ok"], ["new-sender-links", 0, 0, 86400, "ok"], ["recipient-daily", 3, 3, 86400, "ok"], ["sender-bounces-daily", 0, 10, 86400, "ok"], ["sender-complaints-daily", 0, 2, 86400, "ok"], ["sender-daily", 7, 500, 86400, "ok"], ["sender-distinct-recipients-daily", 7, 100, 86400, "ok"], ["sender-hourly", 7, 60, 3600, "ok"]], "action": "monitor", "reason": "rules"}',
-    now());
+    '{"rules": [["global-minute", 60548, 10000, 60, "exceeded"], ["ip-hourly", 7, 300, 3600, "ok"], ["new-sender-links", 0, 0, 86400, "ok"], ["recipient-daily", 3, 3, 86400, "ok"], ["sender-bounces-daily", 0, 10, 86400, "ok"], ["sender-complaints-daily", 0, 2, 86400, "ok"], ["sender-daily", 7, 500, 86400, "ok"], ["sender-distinct-recipients-daily", 7, 100, 86400, "ok"], ["sender-hourly", 7, 60, 3600, "ok"]], "action": "monitor", "reason": "rules"}');
 SQL
   out=$(measured pgbench -h 127.0.0.1 -p "$pg_port" -U postgres -n -M prepared -c "$clients" -j "$threads" -T "$secs" -f "$script" "$db" 2>&1)
   rm -f "$script"
@@ -196,12 +195,6 @@ redis_reads() { redis-cli -u "$redis_url" info stats | tr -d '\r' | awk -F: '/^t
 reads_before=$(redis_reads)
 # The service's own latency histograms, for where a request waits, and the size of its
 # batches: summed over the phase.
-waited() {
-  curl -fs "http://127.0.0.1:$metrics_port/metrics" |
-    awk '/^sendguard_((http_request|postgres|redis|sender_read)_seconds|batch_invites)_(sum|count)/ {
-      name = $1; sub(/\{.*/, "", name); total[name] += $2 }
-      END { for (n in total) printf "%s=%s ", n, total[n] }'
-}
 waits_before=$(waited)
 # WAL written, for its bytes per invite (the cluster's: nothing else writes during the phase).
 wal_lsn() { pgsql -c "SELECT pg_current_wal_lsn()"; }

@@ -13,6 +13,8 @@ pg_settings=(
   shared_buffers=1GB effective_cache_size=3GB work_mem=16MB maintenance_work_mem=256MB
   wal_buffers=16MB max_wal_size=2GB min_wal_size=512MB checkpoint_completion_target=0.9
   synchronous_commit=on autovacuum=on random_page_cost=1.1 max_connections=200
+  # For the figures, not the server: the statements counted, and each autovacuum's CPU logged.
+  shared_preload_libraries=pg_stat_statements log_autovacuum_min_duration=0
   ${PG_SETTINGS:-}
 )
 
@@ -102,6 +104,51 @@ pg_ticks() {
   echo $((total + $(awk '{print $16 + $17}' "/proc/$pg_pid/stat")))
 }
 
+# The sums and counts of the service's latency histograms and of its batches' sizes, as
+# `name=value` pairs, from the metrics of the instance whose metrics are on $metrics_port.
+waited() {
+  curl -fs "http://127.0.0.1:$metrics_port/metrics" |
+    awk '/^sendguard_((http_request|postgres|redis|sender_read)_seconds|batch_invites)_(sum|count)/ {
+      name = $1; sub(/\{.*/, "", name); total[name] += $2 }
+      END { for (n in total) printf "%s=%s ", n, total[n] }'
+}
+
+# Voluntary and involuntary context switches of every thread of process $1 so far: each is a
+# wake-up, a thread that slept and ran again (or was made to wait).
+wakeups() {
+  cat /proc/"$1"/task/*/status 2>/dev/null |
+    awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ {n += $2} END {print n + 0}'
+}
+
+# What the database of port $1, database $2, did for the $3 invites of a run, and what vacuum
+# cost: statements per invite (pg_stat_statements, created in the database before the run),
+# updates of `invites` and the share of them that were heap-only, the dead rows left per
+# delivered invite, and the CPU of every autovacuum of the run (from the server's log).
+database_work() {
+  local port=$1 database=$2 invites=$3
+  psql -q -At -h 127.0.0.1 -p "$port" -U postgres -d "$database" -v invites="$invites" <<'SQL'
+SELECT format('statements per invite: %s (transactions %s)',
+    round(sum(calls)::numeric / greatest(:invites, 1), 2),
+    round((SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())::numeric
+        / greatest(:invites, 1), 2))
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database());
+SELECT format('invites: %s updates, %s%% of them heap-only; dead rows now %s, vacuumed %s times',
+    sum(n_tup_upd), round(100.0 * sum(n_tup_hot_upd) / greatest(sum(n_tup_upd), 1), 1),
+    sum(n_dead_tup), sum(autovacuum_count))
+FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'invites'::regclass);
+SELECT format('outbox: %s rows deleted, %s dead now, vacuumed %s times, %s kB',
+    n_tup_del, n_dead_tup, autovacuum_count, pg_total_relation_size(relid) / 1024)
+FROM pg_stat_user_tables WHERE relname = 'outbox';
+SELECT format('dead rows left in invites'' indexes per delivered invite: %s',
+    round((sum(n_tup_upd) - sum(n_tup_hot_upd))::numeric
+        / greatest((SELECT count(*) FROM invites WHERE status = 'sent'), 1), 3))
+FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'invites'::regclass);
+SQL
+  awk -v n="$invites" '/automatic vacuum of table/ { runs++ }
+    /system usage: CPU:/ { for (i = 1; i <= NF; i++) { if ($i == "user:") u += $(i + 1); if ($i == "system:") s += $(i + 1) } }
+    END { printf "autovacuum: %d runs, %.2f s of CPU, %.1f ms per 1,000 invites\n", runs, u + s, (u + s) * 1e6 / (n > 0 ? n : 1) }' "$pg_dir/log"
+}
+
 # The traffic of a run of $1 invites in all: senders and recipients scale with it, unless set.
 # Each sender sends about 20 (sender-hourly allows 60 an hour, the distinct recipients' rule 100
 # a day), and recipients are ten times the invites, so that hardly one gets a fourth invite in a
@@ -121,7 +168,7 @@ traffic_for() {
 outbox_state() {
   psql -q -At -F ' ' -h 127.0.0.1 -p "$1" -U postgres -d "$2" -c "SELECT count(*),
       round(coalesce(extract(epoch FROM now() - min(created_at)), 0)::numeric, 1)
-      FROM invites WHERE status = 'queued'"
+      FROM outbox"
 }
 
 # Emails delivered so far by the instance whose metrics are on port $1.

@@ -49,6 +49,7 @@ start_smtp_sink "$smtp_port"
 pgsql() { psql -q -At -h 127.0.0.1 -p "$pg_port" -U postgres -d "$db" "$@"; }
 psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE $db"
 DATABASE_URL=$db_url $bin migrate >/dev/null
+pgsql -c "CREATE EXTENSION pg_stat_statements"
 key=$(DATABASE_URL=$db_url $bin api-key create soak 2>/dev/null)
 pgsql -c "SELECT sendguard_invite_weeks(now() - interval '90 days', 2)" >/dev/null
 log=$pg_dir/serve.log
@@ -68,22 +69,40 @@ field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -n 1; }
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(date -u +%F); $minutes min at $rate/s, a line every $step s"
 echo "postgres: $(postgres_settings "$pg_port")"
 echo "traffic: ${TRAFFIC:-delivered}, $SENDERS senders, $RECIPIENTS recipients; mail through SMTP to smtp-sink"
-printf '%6s %9s %11s %7s %7s %8s %6s %9s %9s %7s %8s\n' \
-  at_s accepted/s delivered/s p99_ms failed rss_mb files redis_mb pg_mb outbox oldest_s
+printf '%6s %9s %11s %7s %8s %7s %8s %6s %9s %9s %7s %8s %14s %9s\n' \
+  at_s accepted/s delivered/s p99_ms p99.9_ms failed rss_mb files redis_mb pg_mb outbox oldest_s \
+  "cpu_ms/1k s,p,r" wakeups/s
+hz=$(getconf CLK_TCK)
 started=$(date +%s)
 steps=$(((minutes * 60 + step - 1) / step))
+invites0=$(pgsql -c "SELECT count(*) FROM invites")
+metrics0=$(waited)
 for _ in $(seq 1 "$steps"); do
   d0=$(delivered_count "$metrics_port")
+  s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); w0=$(wakeups "$serve_pid")
   t0=$(date +%s.%N)
   out=$(wrk -t "$threads" -c 20 -d "${step}s" -s benches/invites.lua "http://127.0.0.1:$port" | grep '^RESULT')
   t1=$(date +%s.%N)
-  delivered=$(awk -v d=$(($(delivered_count "$metrics_port") - d0)) -v t="$(echo "$t1 - $t0" | bc)" 'BEGIN { printf "%.0f", d / t }')
+  s1=$(ticks "$serve_pid"); p1=$(pg_ticks); r1=$(ticks "$redis_pid"); w1=$(wakeups "$serve_pid")
+  elapsed=$(echo "$t1 - $t0" | bc)
+  delivered=$(awk -v d=$(($(delivered_count "$metrics_port") - d0)) -v t="$elapsed" 'BEGIN { printf "%.0f", d / t }')
+  # CPU in ms per 1,000 invites accepted in the step, for sendguard, PostgreSQL and Redis.
+  cpu=$(awk -v n="$(field requests "$out")" -v hz="$hz" -v s=$((s1 - s0)) -v p=$((p1 - p0)) -v r=$((r1 - r0)) \
+    'BEGIN { k = 1e6 / hz / (n > 0 ? n : 1); printf "%.0f,%.0f,%.0f", s * k, p * k, r * k }')
   rss=$(awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$serve_pid/status")
   files=$(find "/proc/$serve_pid/fd" -mindepth 1 -maxdepth 1 | wc -l)
   redis_mb=$(redis-cli -p "$redis_port" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {printf "%.0f", $2 / 1048576}')
   pg_mb=$(pgsql -c "SELECT round(pg_database_size(current_database()) / 1048576.0)")
   read -r depth oldest < <(outbox_state "$pg_port" "$db")
-  printf '%6d %9.0f %11s %7s %7s %8s %6s %9s %9s %7s %8s\n' $(($(date +%s) - started)) "$(field rps "$out")" "$delivered" \
-    "$(field p99_ms "$out")" "$(field non2xx_or_errors "$out")" "$rss" "$files" "$redis_mb" "$pg_mb" "$depth" "$oldest"
+  printf '%6d %9.0f %11s %7s %8s %7s %8s %6s %9s %9s %7s %8s %14s %9.0f\n' $(($(date +%s) - started)) "$(field rps "$out")" "$delivered" \
+    "$(field p99_ms "$out")" "$(field p999_ms "$out")" "$(field non2xx_or_errors "$out")" "$rss" "$files" "$redis_mb" "$pg_mb" \
+    "$depth" "$oldest" "$cpu" "$(echo "($w1 - $w0) / $elapsed" | bc)"
 done
+metrics1=$(waited)
+invites=$(($(pgsql -c "SELECT count(*) FROM invites") - invites0))
 echo "delivered share of all invites: $(pgsql -c "SELECT round(100.0 * count(*) FILTER (WHERE status = 'sent') / greatest(count(*), 1), 1) FROM invites")%"
+# The batch statements' sizes over the run: invites per commit of the writer.
+awk -v a="$(field sendguard_batch_invites_sum "$metrics1")" -v b="$(field sendguard_batch_invites_sum "$metrics0")" \
+  -v ca="$(field sendguard_batch_invites_count "$metrics1")" -v cb="$(field sendguard_batch_invites_count "$metrics0")" \
+  'BEGIN { printf "invites per commit of the writer: %.2f\n", (ca > cb ? (a - b) / (ca - cb) : 0) }'
+database_work "$pg_port" "$db" "$invites"

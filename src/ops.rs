@@ -35,14 +35,9 @@ struct Read {
 /// How long gauges read from Postgres are served before they are read again.
 const GAUGES_FOR: Duration = Duration::from_secs(5);
 
-/// The outbox's depth and the age of its oldest invite. The queued invites are read once,
-/// from the outbox's index: asked for `min(created_at)` alone, Postgres walks every week's age
-/// index from the oldest row, expecting a queued one soon, and reads the whole history, since
-/// waiting invites are the newest.
-pub const GAUGES: &str = "WITH queued AS MATERIALIZED (
-         SELECT created_at FROM invites WHERE status = 'queued')
-     SELECT (SELECT count(*) FROM queued),
-         COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at) FROM queued))::float8, 0)";
+/// The outbox's depth and the age of its oldest invite, read from the outbox's own table.
+pub const GAUGES: &str = "SELECT count(*),
+         COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM outbox";
 
 /// Name, help text (without its final period, which the encoder adds) and value.
 type Gauge = (&'static str, &'static str, f64);

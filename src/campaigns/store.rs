@@ -118,13 +118,21 @@ pub async fn sweep(
     campaign_id: i64,
 ) -> Result<Vec<Swept>, sqlx::Error> {
     sqlx::query_as(
-        "WITH swept AS (
-             UPDATE invites i SET status = 'held', next_attempt_at = NULL,
-                 decision = i.decision || jsonb_build_object('swept', $2::bigint)
+        "WITH waiting AS (
+             SELECT o.invite_id FROM invites i
+             JOIN outbox o ON o.invite_id = i.id AND o.created_at = i.created_at
              WHERE i.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
-                 AND (i.claimed_until IS NULL OR i.claimed_until < now())
+                 AND (o.claimed_by IS NULL OR o.next_attempt_at < now())
                  AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = i.app_id
                      AND s.id = i.sender_id AND s.state = 'trusted')
+             FOR UPDATE OF o SKIP LOCKED),
+         taken AS (
+             DELETE FROM outbox o USING waiting w WHERE o.invite_id = w.invite_id
+             RETURNING o.invite_id, o.created_at),
+         swept AS (
+             UPDATE invites i SET status = 'held',
+                 decision = i.decision || jsonb_build_object('swept', $2::bigint)
+             FROM taken t WHERE i.id = t.invite_id AND i.created_at = t.created_at
              RETURNING i.id, i.app_id, i.sender_id),
          counted AS (
              UPDATE senders s SET held_stored = s.held_stored + n.held

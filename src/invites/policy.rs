@@ -212,6 +212,11 @@ pub fn rejection(checked: &[Checked]) -> Option<Rejection> {
         })
 }
 
+/// The reason a deferred invite is recorded with, until it is checked: the deferred invites
+/// are found by it (the index `invites_deferred`), since an index on their status would keep a
+/// delivery's update of `invites` from staying on its page.
+pub const DEFERRED_REASON: &str = "redis_unavailable_deferred";
+
 /// What an invite from a sender in `state` becomes while Redis cannot be asked; `None` when
 /// the policy refuses it. Sent unchecked skips the rules, not what needs no counting: a banned
 /// sender's invites, and those linked to a banned sender, are held as with Redis (a deferred
@@ -225,7 +230,7 @@ pub fn without_redis(
         RedisPolicy::Closed => None,
         RedisPolicy::Defer => Some(Decided {
             status: Status::Deferred,
-            decision: DecisionRecord::reason("redis_unavailable_deferred"),
+            decision: DecisionRecord::reason(DEFERRED_REASON),
             breach: None,
             rejection: None,
         }),

@@ -397,11 +397,13 @@ impl Outbox {
     /// round goes on (its invites may then be sent twice, at least once as always).
     async fn renew(&self, invites: &[Outgoing]) {
         let lease = self.settings.lease.as_secs_f64();
-        let rows: Vec<Row> = invites.iter().map(Outgoing::row).collect();
+        let ids: Vec<Uuid> = invites.iter().map(|invite| invite.id).collect();
         let renewed = self
             .db
             .run(async |conn| {
-                on_rows(RENEW, &self.worker_id, &rows)
+                sqlx::query(RENEW)
+                    .bind(&ids)
+                    .bind(&self.worker_id)
                     .bind(lease)
                     .execute(conn)
                     .await
@@ -413,8 +415,9 @@ impl Outbox {
     }
 }
 
-/// `statement` on invites claimed by worker `worker_id`, bound to their ids (`$1`), the worker
-/// (`$2`) and the span of their `created_at` (`$3`, `$4`), which keeps it to their weeks.
+/// `statement` (`MARK_SENT` or `SUPPRESS`) on invites claimed by worker `worker_id`, bound to
+/// their ids (`$1`), the worker (`$2`) and the span of their `created_at` (`$3`, `$4`), which
+/// keeps it to their weeks.
 fn on_rows<'q>(
     statement: &'q str,
     worker_id: &str,

@@ -2,11 +2,10 @@
 //! mail server answers again after it could not be reached, the invites that failed for it
 //! retried at once.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use rand::Rng;
 use uuid::Uuid;
 
@@ -15,28 +14,33 @@ use crate::metrics::DependencyError;
 use crate::outcomes::OutcomeType;
 
 /// A failed delivery of invite `$1` (written at `$7`) by worker `$2`: its `$3`rd attempt,
-/// failed with `$4`; given up on when `$5`, else due again in `$6` seconds.
-pub const RETRY: &str = "UPDATE invites SET attempts = $3, last_error = $4,
-         status = CASE WHEN $5 THEN 'failed' ELSE status END,
-         next_attempt_at = CASE WHEN $5 THEN NULL ELSE now() + make_interval(secs => $6) END,
-         claimed_by = NULL, claimed_until = NULL
-     WHERE id = $1 AND claimed_by = $2 AND created_at = $7";
+/// failed with `$4`; given up on (out of the outbox) when `$5`, else due again in `$6` seconds.
+pub const RETRY: &str = "WITH waiting AS (
+             UPDATE outbox SET claimed_by = NULL,
+                 next_attempt_at = now() + make_interval(secs => $6)
+             WHERE invite_id = $1 AND claimed_by = $2 AND NOT $5
+             RETURNING invite_id),
+         given_up AS (
+             DELETE FROM outbox WHERE invite_id = $1 AND claimed_by = $2 AND $5
+             RETURNING invite_id)
+     UPDATE invites SET attempts = $3, last_error = $4,
+         status = CASE WHEN $5 THEN 'failed' ELSE status END
+     WHERE id = $1 AND created_at = $7
+       AND id IN (SELECT invite_id FROM waiting UNION ALL SELECT invite_id FROM given_up)";
 
-/// Makes due now invites (`$1`, written from `$2` to `$3`) that wait for another attempt after
-/// the mail server could not be reached, once it answers again: their backoff was sized for the
-/// outage, which is over.
-const WAKE: &str = "UPDATE invites SET next_attempt_at = now()
-     WHERE id = ANY($1) AND created_at BETWEEN $2 AND $3
-       AND status = 'queued' AND claimed_by IS NULL AND next_attempt_at > now()";
+/// Makes due now invites (`$1`) that wait for another attempt after the mail server could not
+/// be reached, once it answers again: their backoff was sized for the outage, which is over.
+const WAKE: &str = "UPDATE outbox SET next_attempt_at = now()
+     WHERE invite_id = ANY($1) AND claimed_by IS NULL AND next_attempt_at > now()";
 
 /// The most invites an instance remembers to wake after an outage; past it, the others wait
 /// for their backoff.
 const MOST_TO_WAKE: usize = 10_000;
 
-/// Invites (with when each was written) whose last attempt failed because the mail server
-/// could not be reached, since the last send that succeeded.
+/// Invites whose last attempt failed because the mail server could not be reached, since the
+/// last send that succeeded.
 #[derive(Default)]
-pub(super) struct Unreachable(Mutex<HashMap<Uuid, DateTime<Utc>>>);
+pub(super) struct Unreachable(Mutex<HashSet<Uuid>>);
 
 impl Unreachable {
     /// Remembers `invite` when its attempt failed for want of the server and it will be tried
@@ -44,18 +48,18 @@ impl Unreachable {
     fn note(&self, invite: &Outgoing, unreachable: bool) {
         let mut waiting = self.lock();
         if unreachable && waiting.len() < MOST_TO_WAKE {
-            waiting.insert(invite.id, invite.created_at);
+            waiting.insert(invite.id);
         } else {
             waiting.remove(&invite.id);
         }
     }
 
     /// What to wake now that a send succeeded; remembers nothing after.
-    pub(super) fn take(&self) -> HashMap<Uuid, DateTime<Utc>> {
+    pub(super) fn take(&self) -> HashSet<Uuid> {
         std::mem::take(&mut *self.lock())
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, DateTime<Utc>>> {
+    fn lock(&self) -> MutexGuard<'_, HashSet<Uuid>> {
         // A panic while the map was held left a map, never a half-written one.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -109,30 +113,15 @@ impl Outbox {
     /// some sends `451` while it takes others, and a throttled invite retried at each success
     /// would spend its attempts in seconds. Each instance wakes the invites it failed; one
     /// that restarts forgets them, and they keep their backoff. A failure here is only logged.
-    pub(super) async fn wake(&self, waiting: HashMap<Uuid, DateTime<Utc>>) {
-        let mut waiting: Vec<(Uuid, DateTime<Utc>)> = waiting.into_iter().collect();
-        waiting.sort_by_key(|&(_, written)| written);
-        let mut woken = 0;
-        // In chunks of neighbouring weeks, so that each statement searches only theirs.
-        for chunk in waiting.chunks(1000) {
-            let ids: Vec<Uuid> = chunk.iter().map(|&(id, _)| id).collect();
-            let done = sqlx::query(WAKE)
-                .bind(ids)
-                .bind(chunk[0].1)
-                .bind(chunk[chunk.len() - 1].1)
-                .execute(self.db.pool())
-                .await;
-            match done {
-                Ok(done) => woken += done.rows_affected(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "invites waiting out an outage were not woken")
-                }
-            }
+    pub(super) async fn wake(&self, waiting: HashSet<Uuid>) {
+        let ids: Vec<Uuid> = waiting.into_iter().collect();
+        match sqlx::query(WAKE).bind(ids).execute(self.db.pool()).await {
+            Ok(done) => tracing::info!(
+                invites = done.rows_affected(),
+                "the mail server answers again; retrying what failed while it could not be reached"
+            ),
+            Err(e) => tracing::warn!(error = %e, "invites waiting out an outage were not woken"),
         }
-        tracing::info!(
-            invites = woken,
-            "the mail server answers again; retrying what failed while it could not be reached"
-        );
     }
 }
 

@@ -148,11 +148,13 @@ async fn release(
     let (senders, invites): (i64, i64) = sqlx::query_as(
         "WITH released AS (
              UPDATE invites SET status = 'queued',
-                 next_attempt_at = now() + make_interval(secs => $3),
                  decision = decision || jsonb_build_object('decided',
                      jsonb_build_object('status', 'queued', 'by', $2::text, 'at', now()))
              WHERE campaign_keys @> ARRAY[$1::text] AND status = 'held'
-             RETURNING app_id, sender_id),
+             RETURNING id, created_at, app_id, sender_id),
+         queued AS (
+             INSERT INTO outbox (invite_id, created_at, next_attempt_at)
+             SELECT id, created_at, now() + make_interval(secs => $3) FROM released),
          counted AS (
              UPDATE senders s SET held_stored = GREATEST(s.held_stored - n.held, 0)
              FROM (SELECT app_id, sender_id, count(*) AS held FROM released

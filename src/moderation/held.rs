@@ -18,7 +18,7 @@ pub async fn releases_waiting(
     sender: &SenderKey,
 ) -> Result<(i64, Option<chrono::DateTime<chrono::Utc>>), sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT count(*), min(next_attempt_at) FROM invites WHERE {RELEASED_WAITING}"
+        "SELECT count(*), min(o.next_attempt_at) FROM {RELEASED_WAITING}"
     ))
     .bind(sender.app_id)
     .bind(&sender.id)
@@ -26,11 +26,13 @@ pub async fn releases_waiting(
     .await
 }
 
-/// A sender's released invites that have not left: queued by a reviewer's release, due after
-/// now, and claimed by no outbox.
-const RELEASED_WAITING: &str = "app_id = $1 AND sender_id = $2 AND status = 'queued'
-     AND decision -> 'decided' ->> 'status' = 'queued' AND next_attempt_at > now()
-     AND (claimed_until IS NULL OR claimed_until < now())";
+/// A sender's released invites that have not left (`i`) and their places in the outbox (`o`):
+/// queued by a reviewer's release, due after now, and claimed by no outbox worker.
+const RELEASED_WAITING: &str = "invites i JOIN outbox o
+         ON o.invite_id = i.id AND o.created_at = i.created_at
+     WHERE i.app_id = $1 AND i.sender_id = $2 AND i.status = 'queued'
+         AND i.decision -> 'decided' ->> 'status' = 'queued'
+         AND o.next_attempt_at > now() AND o.claimed_by IS NULL";
 
 /// Holds again a sender's released invites that have not left, audited. When the release came
 /// with a lift (the sender is `active`, lifted by `actor` since the invites were released), the
@@ -53,11 +55,16 @@ pub async fn undo_release(
         return Err(ReviewError::NotFound(sender.id.clone()));
     };
     let held = sqlx::query(&format!(
-        "UPDATE invites SET status = 'held', next_attempt_at = NULL,
+        "WITH waiting AS (SELECT o.invite_id, o.created_at FROM {RELEASED_WAITING}
+                 FOR UPDATE OF o),
+             back AS (
+                 DELETE FROM outbox o USING waiting w
+                 WHERE o.invite_id = w.invite_id RETURNING o.invite_id, o.created_at)
+         UPDATE invites SET status = 'held',
              decision = decision || jsonb_build_object('decided',
                  jsonb_build_object('status', 'held', 'by', $3::text, 'at', now(),
                      'undid', 'release'))
-         WHERE {RELEASED_WAITING}"
+         FROM back WHERE id = back.invite_id AND invites.created_at = back.created_at"
     ))
     .bind(sender.app_id)
     .bind(&sender.id)
@@ -152,13 +159,18 @@ pub async fn decide_invite(
 ) -> Result<bool, ReviewError> {
     let mut tx = pool.begin().await?;
     lock_at(&mut tx, sender, seen_version).await?;
-    let changed = sqlx::query(
-        "UPDATE invites SET status = $3,
-             next_attempt_at = CASE WHEN $3 = 'queued'
-                 THEN now() + make_interval(secs => $6) END,
-             decision = decision || jsonb_build_object('decided',
-                 jsonb_build_object('status', $3, 'by', $5::text, 'at', now()))
-         WHERE id = $1 AND app_id = $4 AND sender_id = $2 AND status = 'held'",
+    let changed: i64 = sqlx::query_scalar(
+        "WITH decided AS (
+             UPDATE invites SET status = $3,
+                 decision = decision || jsonb_build_object('decided',
+                     jsonb_build_object('status', $3, 'by', $5::text, 'at', now()))
+             WHERE id = $1 AND app_id = $4 AND sender_id = $2 AND status = 'held'
+             RETURNING id, created_at),
+         queued AS (
+             INSERT INTO outbox (invite_id, created_at, next_attempt_at)
+             SELECT id, created_at, now() + make_interval(secs => $6) FROM decided
+             WHERE $3 = 'queued')
+         SELECT count(*) FROM decided",
     )
     .bind(invite_id)
     .bind(&sender.id)
@@ -166,11 +178,9 @@ pub async fn decide_invite(
     .bind(sender.app_id)
     .bind(actor)
     .bind(decision.wait_secs())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !changed {
+    .fetch_one(&mut *tx)
+    .await?;
+    if changed != 1 {
         return Ok(false);
     }
     sqlx::query(

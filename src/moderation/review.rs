@@ -287,22 +287,27 @@ pub(super) async fn discard_or_release(
     actor: &str,
     release_after: std::time::Duration,
 ) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE invites SET status = $2,
-             next_attempt_at = CASE WHEN $2 = 'queued'
-                 THEN now() + make_interval(secs => $5) END,
-             decision = decision || jsonb_build_object('decided',
-                 jsonb_build_object('status', $2, 'by', $4::text, 'at', now()))
-         WHERE app_id = $3 AND sender_id = $1 AND status = 'held'",
+    let moved: i64 = sqlx::query_scalar(
+        "WITH moved AS (
+             UPDATE invites SET status = $2,
+                 decision = decision || jsonb_build_object('decided',
+                     jsonb_build_object('status', $2, 'by', $4::text, 'at', now()))
+             WHERE app_id = $3 AND sender_id = $1 AND status = 'held'
+             RETURNING id, created_at),
+         queued AS (
+             INSERT INTO outbox (invite_id, created_at, next_attempt_at)
+             SELECT id, created_at, now() + make_interval(secs => $5) FROM moved
+             WHERE $2 = 'queued')
+         SELECT count(*) FROM moved",
     )
     .bind(&sender.id)
     .bind(status)
     .bind(sender.app_id)
     .bind(actor)
     .bind(release_after.as_secs_f64())
-    .execute(&mut **tx)
-    .await?
-    .rows_affected())
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(moved as u64)
 }
 
 /// Changes the term of the sender's ban from its start, decided on the sender's page at

@@ -143,7 +143,7 @@ async fn three_instances_share_limits_follow_one_dashboard_and_survive_a_kill() 
     let third = format!("{}-%", instances[2].child.id());
     let claimed_by_third = || async {
         sqlx::query_scalar::<_, String>(
-            "SELECT id::text FROM invites WHERE status = 'queued' AND claimed_by LIKE $1",
+            "SELECT invite_id::text FROM outbox WHERE claimed_by LIKE $1",
         )
         .bind(&third)
         .fetch_all(&pool)

@@ -134,37 +134,40 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          RETURNING invite_id),
      written AS (
          INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-             sender_ip, resource, message, sender_name, status, decision, next_attempt_at,
-             accept_url, claimed_by, claimed_until, campaign_keys)
+             sender_ip, resource, message, sender_name, status, decision, accept_url,
+             campaign_keys)
          SELECT id, api_key_id, app_id, sender_id, recipient, recipient_domain, sender_ip,
              CASE WHEN room IS NOT FALSE THEN resource END,
              CASE WHEN room IS NOT FALSE THEN message END,
              CASE WHEN room IS NOT FALSE THEN sender_name END,
              CASE WHEN room IS FALSE THEN 'discarded' ELSE status END,
              CASE WHEN room IS FALSE THEN '{\"reason\": \"held_cap\"}'::jsonb ELSE decision END,
-             CASE WHEN status = 'queued' THEN now() + CASE WHEN claimed
-                 THEN make_interval(secs => $23::float8)
-                 ELSE make_interval(secs => settle) END END,
              CASE WHEN room IS NOT FALSE THEN accept_url END,
-             CASE WHEN claimed AND status = 'queued' THEN $22::text END,
-             CASE WHEN claimed AND status = 'queued'
-                 THEN now() + make_interval(secs => $23::float8) END,
              string_to_array(campaign_keys, E'\\n')
          FROM admitted
          WHERE idempotency_key IS NULL OR room IS NOT NULL
              OR id IN (SELECT invite_id FROM keyed)
          ORDER BY n
-         RETURNING id, app_id, sender_id, created_at, status = 'discarded' AS over_cap,
-             CASE WHEN claimed_by IS NOT NULL THEN EXISTS (SELECT 1 FROM suppressions s
-                 WHERE s.app_id = invites.app_id AND s.recipient = invites.recipient) END
-                 AS claimed_unsubscribed),
+         RETURNING id, app_id, sender_id, recipient, created_at, status = 'queued' AS queued,
+             status = 'discarded' AS over_cap),
+     queued AS (
+         INSERT INTO outbox (invite_id, created_at, next_attempt_at, claimed_by)
+         SELECT w.id, w.created_at, now() + CASE WHEN i.claimed
+                 THEN make_interval(secs => $23::float8)
+                 ELSE make_interval(secs => i.settle) END,
+             CASE WHEN i.claimed THEN $22::text END
+         FROM written w JOIN input i ON i.id = w.id
+         WHERE w.queued),
      follow_up AS (
          INSERT INTO pending_flags (app_id, sender_id, invite_id, version, over_cap, breach)
          SELECT w.app_id, w.sender_id, w.id, s.version, w.over_cap, i.breach
          FROM written w JOIN input i ON i.id = w.id
              JOIN sender s ON s.app_id = w.app_id AND s.id = w.sender_id
          WHERE i.breach IS NOT NULL)
-     SELECT id, created_at, over_cap, claimed_unsubscribed FROM written";
+     SELECT w.id, w.created_at, w.over_cap,
+         CASE WHEN w.queued AND i.claimed THEN EXISTS (SELECT 1 FROM suppressions s
+             WHERE s.app_id = w.app_id AND s.recipient = w.recipient) END AS claimed_unsubscribed
+     FROM written w JOIN input i ON i.id = w.id";
 
 /// Queued and held invites with no breach, in one statement, so that holding an invite costs
 /// the time sending one does. Their senders are upserted once each (in key order, bytewise as

@@ -17,7 +17,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::decision::DecisionRecord;
-use super::policy::{Breach, Status};
+use super::policy::{Breach, DEFERRED_REASON, Status};
 use super::validate::ValidInvite;
 use crate::moderation::terms::Ladder;
 use crate::moderation::{self, Flag, SenderState, Standing};
@@ -166,11 +166,12 @@ pub async fn claim_deferred(
     tx: &mut Transaction<'_, Postgres>,
     limit: i64,
 ) -> Result<Vec<DeferredInvite>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(&format!(
         "SELECT id, app_id, sender_id, recipient, recipient_domain, sender_ip, resource, message,
              sender_name, created_at FROM invites
-         WHERE status = 'deferred' ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-    )
+         WHERE decision ->> 'reason' = '{DEFERRED_REASON}' AND status = 'deferred'
+         ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+    ))
     .bind(limit)
     .fetch_all(&mut **tx)
     .await
@@ -211,8 +212,7 @@ pub async fn settle_deferred(
     if over_cap {
         sqlx::query(
             "UPDATE invites SET status = 'discarded', decision = '{\"reason\": \"held_cap\"}',
-                 resource = NULL, message = NULL, sender_name = NULL, accept_url = NULL,
-                 next_attempt_at = NULL
+                 resource = NULL, message = NULL, sender_name = NULL, accept_url = NULL
              WHERE id = $1 AND created_at = $2",
         )
         .bind(invite.id)
@@ -222,10 +222,13 @@ pub async fn settle_deferred(
         return Ok(false);
     }
     sqlx::query(
-        "UPDATE invites SET status = $2, decision = $3,
-             next_attempt_at = CASE WHEN $2 = 'queued' THEN now() END,
-             campaign_keys = NULLIF($5::text[], '{}')
-         WHERE id = $1 AND created_at = $4",
+        "WITH settled AS (
+             UPDATE invites SET status = $2, decision = $3,
+                 campaign_keys = NULLIF($5::text[], '{}')
+             WHERE id = $1 AND created_at = $4
+             RETURNING id, created_at)
+         INSERT INTO outbox (invite_id, created_at, next_attempt_at)
+         SELECT id, created_at, now() FROM settled WHERE $2 = 'queued'",
     )
     .bind(invite.id)
     .bind(status.as_str())

@@ -373,9 +373,13 @@ pub async fn queue(pool: &PgPool, key_id: i64, recipients: &[&str]) {
         .expect("sender");
     for recipient in recipients {
         sqlx::query(
-            "INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient, recipient_domain,
-                 status, decision, next_attempt_at)
-             VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}', now())",
+            "WITH queued AS (
+                 INSERT INTO invites (id, api_key_id, app_id, sender_id, recipient,
+                     recipient_domain, status, decision)
+                 VALUES ($1, $2, 1, 'queued', $3, 'example.com', 'queued', '{}')
+                 RETURNING id, created_at)
+             INSERT INTO outbox (invite_id, created_at, next_attempt_at)
+             SELECT id, created_at, now() FROM queued",
         )
         .bind(uuid::Uuid::new_v4())
         .bind(key_id)
