@@ -1,11 +1,14 @@
-//! Delivery: the transport chosen at startup ([`transport`]) and the
-//! outbox worker that sends what the writer hands over ([`handoff`]) and claims the other
-//! queued invites; the email itself is [`render`].
+//! Delivery: the transport chosen at startup ([`transport`], SMTP through the pool of
+//! [`smtp`]) and the outbox worker that sends what the writer hands over ([`handoff`]) and
+//! claims the other queued invites; the email itself is [`render`], what a failed send means
+//! [`failure`].
 
+mod failure;
 mod handoff;
 mod queries;
 mod render;
 mod retry;
+mod smtp;
 mod transport;
 
 use std::sync::Arc;
@@ -29,6 +32,7 @@ use crate::incident::Incident;
 use crate::metrics::Metrics;
 use crate::outcomes::Outcomes;
 use crate::recipients::{LinkKey, Purpose};
+pub use failure::MailError;
 use handoff::Handed;
 pub use handoff::{Handoff, Slot};
 pub use queries::{CLAIM, MARK_SENT, SUPPRESS};
@@ -36,7 +40,7 @@ use queries::{RELEASE, RENEW};
 use render::{Content, Envelope};
 pub use retry::RETRY;
 use retry::Unreachable;
-pub use transport::{MailError, Transport, parse_from};
+pub use transport::{Transport, parse_from};
 
 /// Sent marks committed at once, at most: those that come while a commit is under way wait
 /// for the next one, so the marks of a busy outbox share commits without a timer.

@@ -356,6 +356,52 @@ async fn a_round_uses_no_more_smtp_connections_than_configured() {
     drop(key);
 }
 
+/// Sends keep their connections for the next ones: a round over two connections opens two, not
+/// one a send. A relay restarted meanwhile closed those it kept: the next send takes a new one
+/// and delivers on its first attempt, as an outage it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_reuse_their_smtp_connections_and_replace_those_the_server_closed() {
+    const INVITES: usize = 20;
+    let (db, pool) = migrated("smtpreuse", &[]).await;
+    let key = api_key(&pool).await;
+    let recipients: Vec<String> = (0..INVITES).map(|n| format!("k{n}@example.com")).collect();
+    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
+    queue(&pool, key_id(&pool).await, &recipients).await;
+    let sink = SmtpSink::start().await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.smtp_connections = 2;
+    cfg.mail_retry_base_ms = 60_000;
+    let app = sendguard::start(&cfg).await.expect("start");
+    let sent = wait_for(Duration::from_secs(15), || async {
+        sink.messages().len() == INVITES
+    })
+    .await;
+    assert!(sent, "not every invite was sent");
+    assert!(
+        sink.sessions_opened() <= 2,
+        "{} connections for {INVITES} sends on 2",
+        sink.sessions_opened()
+    );
+
+    let port = sink.addr.port();
+    sink.stop().await;
+    let sink = SmtpSink::start_on(port).await;
+    queue(&pool, key_id(&pool).await, &["after@example.com"]).await;
+    assert!(becomes(&pool, "after@example.com", "sent", 10).await);
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM invites WHERE recipient = $1")
+        .bind("after@example.com")
+        .fetch_one(&pool)
+        .await
+        .expect("attempts");
+    assert_eq!(
+        attempts, 1,
+        "the send failed on a connection the server had closed"
+    );
+    assert_eq!(sink.messages().len(), 1);
+    app.shutdown().await;
+    drop(key);
+}
+
 /// An invite that failed while the mail server was down is sent as soon as another send shows
 /// the server back, not when its backoff (here at least 30 s) runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! A real SMTP server on 127.0.0.1 that keeps every message it receives: what lettre sends
+//! A real SMTP server on 127.0.0.1 that keeps every message it receives: what the outbox sends
 //! crosses a socket and the protocol, as it would to a mail server.
 
 use std::net::SocketAddr;
@@ -67,8 +67,8 @@ impl Received {
 pub struct SmtpSink {
     pub addr: SocketAddr,
     messages: Arc<Mutex<Vec<Received>>>,
-    /// Connections open now, and the most that were open at once.
-    sessions: Arc<Mutex<(usize, usize)>>,
+    /// Connections open now, the most that were open at once, and all that were opened.
+    sessions: Arc<Mutex<(usize, usize, usize)>>,
     behaviour: Arc<Behaviour>,
     task: JoinHandle<()>,
 }
@@ -157,7 +157,7 @@ impl SmtpSink {
             .expect("bind sink");
         let addr = listener.local_addr().expect("sink address");
         let messages = Arc::new(Mutex::new(Vec::new()));
-        let sessions = Arc::new(Mutex::new((0, 0)));
+        let sessions = Arc::new(Mutex::new((0, 0, 0)));
         let (store, open, shared) = (messages.clone(), sessions.clone(), behaviour.clone());
         // The sessions are the accept task's own, so that they end with it.
         let task = tokio::spawn(async move {
@@ -170,6 +170,7 @@ impl SmtpSink {
                         let mut open = open.lock().expect("sessions lock");
                         open.0 += 1;
                         open.1 = open.1.max(open.0);
+                        open.2 += 1;
                     }
                     let _ = session(stream, store, &behaviour).await;
                     open.lock().expect("sessions lock").0 -= 1;
@@ -185,6 +186,13 @@ impl SmtpSink {
         }
     }
 
+    /// Stops as a restarted mail server does: when this returns the port is free again, and the
+    /// sessions it had are closed.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+
     pub fn url(&self) -> String {
         format!("smtp://{}", self.addr)
     }
@@ -196,6 +204,11 @@ impl SmtpSink {
     /// The most connections that were open at once.
     pub fn peak_sessions(&self) -> usize {
         self.sessions.lock().expect("sessions lock").1
+    }
+
+    /// Every connection that was opened.
+    pub fn sessions_opened(&self) -> usize {
+        self.sessions.lock().expect("sessions lock").2
     }
 }
 
