@@ -87,10 +87,7 @@ start_smtp_sink "$smtp_port"
 psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE $db"
 DATABASE_URL=$db_url $bin migrate >/dev/null
 key=$(DATABASE_URL=$db_url $bin api-key create bench 2>/dev/null)
-# The message the product prefills: listed as the app's standard text, it never counts as a
-# campaign however many senders send it (invites.lua sends it as 45% of the messages).
-export STANDARD_TEXT="You have been invited to join the team workspace. Accept to see the shared documents, comment on them and get updates when they change."
-DATABASE_URL=$db_url $bin app update default --standard-text "$STANDARD_TEXT" >/dev/null
+standard_text "$bin" "$db_url"
 # The file transport's folder, on the same disk as the database (its run writes hourly folders).
 mail=$(mktemp -d -p "$pg_dir")
 pgsql() { psql -q -At -h 127.0.0.1 -p "$pg_port" -U postgres -d "$db" "$@"; }

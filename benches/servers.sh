@@ -40,7 +40,7 @@ start_postgres() {
 
 # The settings the server runs with, as it reports them: printed beside the figures.
 postgres_settings() {
-  psql -q -At -h 127.0.0.1 -p "$1" -U postgres -d postgres -c "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ' ' ORDER BY name)
+  psql -q -At -h 127.0.0.1 -p "$1" -U postgres -d postgres -c "SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name)
       FROM pg_settings WHERE name IN ('shared_buffers', 'effective_cache_size', 'work_mem',
         'maintenance_work_mem', 'wal_buffers', 'max_wal_size', 'min_wal_size',
         'checkpoint_completion_target', 'synchronous_commit', 'autovacuum', 'max_connections')"
@@ -132,6 +132,11 @@ SELECT format('statements per invite: %s (transactions %s)',
     round((SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())::numeric
         / greatest(:invites, 1), 2))
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database());
+SELECT format('  %s%% of statement time: %s calls, %s ms each: %s', round((100 * total_exec_time
+        / sum(total_exec_time) OVER ())::numeric, 1), calls, round((total_exec_time / calls)::numeric, 3),
+    left(regexp_replace(query, '\s+', ' ', 'g'), 90))
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 6;
 SELECT format('invites: %s updates, %s%% of them heap-only; dead rows now %s, vacuumed %s times',
     sum(n_tup_upd), round(100.0 * sum(n_tup_hot_upd) / greatest(sum(n_tup_upd), 1), 1),
     sum(n_dead_tup), sum(autovacuum_count))
@@ -147,6 +152,14 @@ SQL
   awk -v n="$invites" '/automatic vacuum of table/ { runs++ }
     /system usage: CPU:/ { for (i = 1; i <= NF; i++) { if ($i == "user:") u += $(i + 1); if ($i == "system:") s += $(i + 1) } }
     END { printf "autovacuum: %d runs, %.2f s of CPU, %.1f ms per 1,000 invites\n", runs, u + s, (u + s) * 1e6 / (n > 0 ? n : 1) }' "$pg_dir/log"
+}
+
+# The message the product prefills, listed as the standard text of the app of $2 (with the
+# sendguard binary $1): it never counts as a campaign however many senders send it
+# (benches/invites.lua sends it as 45% of the messages).
+standard_text() {
+  export STANDARD_TEXT="You have been invited to join the team workspace. Accept to see the shared documents, comment on them and get updates when they change."
+  DATABASE_URL=$2 $1 app update default --standard-text "$STANDARD_TEXT" >/dev/null
 }
 
 # The traffic of a run of $1 invites in all: senders and recipients scale with it, unless set.

@@ -51,6 +51,7 @@ psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE $
 DATABASE_URL=$db_url $bin migrate >/dev/null
 pgsql -c "CREATE EXTENSION pg_stat_statements"
 key=$(DATABASE_URL=$db_url $bin api-key create soak 2>/dev/null)
+standard_text "$bin" "$db_url"
 pgsql -c "SELECT sendguard_invite_weeks(now() - interval '90 days', 2)" >/dev/null
 log=$pg_dir/serve.log
 DATABASE_URL=$db_url REDIS_URL=redis://127.0.0.1:$redis_port SENDGUARD_SMTP_URL=smtp://127.0.0.1:$smtp_port \
