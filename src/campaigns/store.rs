@@ -39,14 +39,36 @@ pub fn kind_words(kind: &str) -> &'static str {
     }
 }
 
-/// Records the campaign of `subject` (a rule of `rule_name` was exceeded by invite `invite`)
-/// or, when it is known, its last sighting; answers its id and whether it is marked benign.
+/// Records a breach of the campaign of `subject` (a rule of `rule_name` was exceeded by invite
+/// `invite`): the campaign when it is new, its last sighting and a new version when it is known.
+/// Answers its id and whether its queue is due a sweep (docs/DESIGN.md §3d): at every breach in
+/// the campaign's first seconds, when an invite counted just before the crossing may still be
+/// committing, and then at most once a second, since every invite past the limit is held by its
+/// own decision and only stragglers are left to find.
 pub async fn detect(
     conn: &mut PgConnection,
     subject: &str,
     rule_name: &str,
     invite: Uuid,
 ) -> Result<(i64, bool), sqlx::Error> {
+    // `now()` is the transaction's start: a campaign swept earlier in this transaction is not
+    // due again.
+    let known: Option<(i64, bool)> = sqlx::query_as(
+        "WITH seen AS (
+             SELECT id, swept_at IS NULL OR swept_at < now() - interval '1 second'
+                 OR (detected_at > now() - interval '5 seconds' AND swept_at <> now()) AS due
+             FROM campaigns WHERE subject = $1)
+         UPDATE campaigns c SET last_seen_at = now(), version = c.version + 1,
+             swept_at = CASE WHEN seen.due THEN now() ELSE c.swept_at END
+         FROM seen WHERE c.id = seen.id
+         RETURNING c.id, seen.due",
+    )
+    .bind(subject)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(known) = known {
+        return Ok(known);
+    }
     let text: Option<(Option<String>, Option<String>)> =
         sqlx::query_as("SELECT message, sender_name FROM invites WHERE id = $1")
             .bind(invite)
@@ -67,11 +89,13 @@ pub async fn detect(
         .flatten()
         .collect::<Vec<_>>()
         .join(": ");
-    sqlx::query_as(
-        "INSERT INTO campaigns (subject, kind, normalised, signature, sample, rule_name)
-         VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6)
-         ON CONFLICT (subject) DO UPDATE SET last_seen_at = now()
-         RETURNING id, benign_at IS NOT NULL",
+    // Another instance may have recorded it since: then this is a sighting, swept again.
+    let id = sqlx::query_scalar(
+        "INSERT INTO campaigns (subject, kind, normalised, signature, sample, rule_name, swept_at)
+         VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, now())
+         ON CONFLICT (subject) DO UPDATE SET last_seen_at = now(),
+             version = campaigns.version + 1, swept_at = now()
+         RETURNING id",
     )
     .bind(subject)
     .bind(kind)
@@ -80,7 +104,8 @@ pub async fn detect(
     .bind(sample)
     .bind(rule_name)
     .fetch_one(&mut *conn)
-    .await
+    .await?;
+    Ok((id, true))
 }
 
 /// An invite the sweep held.
@@ -92,13 +117,16 @@ pub struct Swept {
 }
 
 /// The senders with invites of `subject` waiting in the queue, for the sweep to lock first.
+/// Found from the outbox, which holds only what waits, not from all of `invites`, where a
+/// campaign's invites pile up for as long as it runs.
 pub async fn queued_senders(
     conn: &mut PgConnection,
     subject: &str,
 ) -> Result<Vec<crate::sender_key::SenderKey>, sqlx::Error> {
     let rows: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT DISTINCT app_id, sender_id FROM invites
-         WHERE campaign_keys @> ARRAY[$1::text] AND status = 'queued'",
+        "SELECT DISTINCT i.app_id, i.sender_id FROM outbox o
+         JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
+         WHERE i.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'",
     )
     .bind(subject)
     .fetch_all(conn)
@@ -119,8 +147,8 @@ pub async fn sweep(
 ) -> Result<Vec<Swept>, sqlx::Error> {
     sqlx::query_as(
         "WITH waiting AS (
-             SELECT o.invite_id FROM invites i
-             JOIN outbox o ON o.invite_id = i.id AND o.created_at = i.created_at
+             SELECT o.invite_id FROM outbox o
+             JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
              WHERE i.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
                  AND (o.claimed_by IS NULL OR o.next_attempt_at < now())
                  AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = i.app_id

@@ -80,7 +80,8 @@ pub async fn flag_breach(
         )
         .await;
     };
-    let (campaign, _) = campaigns::store::detect(tx, subject, &breach.rule_name, invite_id).await?;
+    let (campaign, sweep) =
+        campaigns::store::detect(tx, subject, &breach.rule_name, invite_id).await?;
     let flagged = store::flag(
         tx,
         sender,
@@ -91,27 +92,24 @@ pub async fn flag_breach(
         stored,
     )
     .await?;
-    // Their senders are locked in key order first, as every writer locks them.
-    let waiting = campaigns::store::queued_senders(tx, subject).await?;
-    store::lock_senders(tx, &waiting).await?;
-    for swept in campaigns::store::sweep(tx, subject, campaign).await? {
-        let of = SenderKey::new(swept.app_id, swept.sender_id.as_str());
-        store::flag(
-            tx,
-            &of,
-            breach,
-            Some(swept.id),
-            Some(campaign),
-            confirm_repeat,
-            true,
-        )
-        .await?;
+    if sweep {
+        // Their senders are locked in key order first, as every writer locks them.
+        let waiting = campaigns::store::queued_senders(tx, subject).await?;
+        store::lock_senders(tx, &waiting).await?;
+        for swept in campaigns::store::sweep(tx, subject, campaign).await? {
+            let of = SenderKey::new(swept.app_id, swept.sender_id.as_str());
+            store::flag(
+                tx,
+                &of,
+                breach,
+                Some(swept.id),
+                Some(campaign),
+                confirm_repeat,
+                true,
+            )
+            .await?;
+        }
     }
-    // A page open on the campaign now shows less than there is.
-    sqlx::query("UPDATE campaigns SET version = version + 1 WHERE id = $1")
-        .bind(campaign)
-        .execute(&mut **tx)
-        .await?;
     tell_apps(tx, campaign).await?;
     Ok(flagged)
 }

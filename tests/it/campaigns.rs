@@ -38,22 +38,26 @@ pub(crate) fn year_ago() -> String {
 /// Sends the campaign: sender after sender, each with its invites; answers how many were
 /// answered 200.
 async fn send_campaign(api: &Api, senders: usize) -> usize {
-    let created = year_ago();
     let mut ok = 0;
     for s in 0..senders {
         for n in 0..EACH {
-            let (status, _) = api
-                .send(json!({
-                    "sender_id": format!("acct{s:02}"),
-                    "recipient": format!("stranger{s}x{n}@mail{}.example", n % 3),
-                    "message": pitch(s, n),
-                    "sender_created_at": created,
-                }))
-                .await;
-            ok += usize::from(status == StatusCode::OK);
+            ok += usize::from(send_pitch(api, s, n).await == StatusCode::OK);
         }
     }
     ok
+}
+
+/// Sends invite `n` of the campaign's sender `s`.
+async fn send_pitch(api: &Api, s: usize, n: usize) -> StatusCode {
+    let (status, _) = api
+        .send(json!({
+            "sender_id": format!("acct{s:02}"),
+            "recipient": format!("stranger{s}x{n}@mail{}.example", n % 3),
+            "message": pitch(s, n),
+            "sender_created_at": year_ago(),
+        }))
+        .await;
+    status
 }
 
 async fn by_status(pool: &PgPool) -> Vec<(String, i64)> {
@@ -148,6 +152,53 @@ async fn with_a_settle_time_the_campaign_delivers_nothing() {
     .await
     .expect("flagged");
     assert_eq!(flagged, SENDERS as i64, "the swept senders are flagged too");
+}
+
+/// Every invite past the limit is held by its own decision, so after its first seconds a
+/// campaign's queue is swept at most once a second, not once per held invite; a straggler
+/// (an invite counted before the crossing whose commit came after the sweep) is still caught
+/// by the next sweep, long before a settle time of a minute runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_straggler_is_swept_by_the_next_sweep() {
+    let stage = Stage::start_with("campaign_straggler", &[], |cfg| cfg.settle_secs = 60).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    for s in 0..6 {
+        assert_eq!(send_pitch(&api, s, 0).await, StatusCode::OK);
+    }
+    flags_done(&stage.pool).await;
+    // Past the campaign's first seconds, when every breach sweeps.
+    tokio::time::sleep(Duration::from_millis(5200)).await;
+    let straggle = async || -> uuid::Uuid {
+        sqlx::query_scalar(
+            "WITH back AS (
+                 UPDATE invites SET status = 'queued'
+                 WHERE id = (SELECT id FROM invites WHERE status = 'held' LIMIT 1)
+                 RETURNING id, created_at),
+             queued AS (
+                 INSERT INTO outbox (invite_id, created_at, next_attempt_at)
+                 SELECT id, created_at, now() + interval '60 seconds' FROM back)
+             SELECT id FROM back",
+        )
+        .fetch_one(&stage.pool)
+        .await
+        .expect("a straggler")
+    };
+    let status = async |id: uuid::Uuid| -> String {
+        sqlx::query_scalar("SELECT status FROM invites WHERE id = $1")
+            .bind(id)
+            .fetch_one(&stage.pool)
+            .await
+            .expect("status")
+    };
+    // A breach sweeps; the straggler commits after it; a breach a second later sweeps again.
+    assert_eq!(send_pitch(&api, 6, 0).await, StatusCode::OK);
+    flags_done(&stage.pool).await;
+    let straggler = straggle().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(send_pitch(&api, 7, 0).await, StatusCode::OK);
+    flags_done(&stage.pool).await;
+    assert_eq!(status(straggler).await, "held");
+    assert!(stage.sink.messages().is_empty(), "nothing delivered");
 }
 
 /// A trusted sender's invites never wait for the settle time, and the sweep leaves them be.
