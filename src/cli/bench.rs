@@ -1,4 +1,5 @@
-//! `sendguard bench limiter`: decisions per second of each script next to a plain PING.
+//! `sendguard bench`: the limiter's scripts next to a plain PING, link detection, fingerprints
+//! and the SMTP transport.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,6 +33,19 @@ pub enum BenchCommand {
         /// Each group is named by its first line (from 0).
         #[arg(long)]
         groups: Option<PathBuf>,
+    },
+    /// Emails a second through the SMTP transport, as the outbox sends them, and the mean send.
+    /// Against a server that takes every message at once (Postfix's `smtp-sink`), the client's
+    /// own cost.
+    Smtp {
+        /// The server, as `SENDGUARD_SMTP_URL` names it (`smtp://127.0.0.1:25250`).
+        #[arg(long)]
+        url: String,
+        /// Connections in the pool, as `SENDGUARD_SMTP_CONNECTIONS`.
+        #[arg(long, default_value_t = 8)]
+        connections: u32,
+        #[arg(long, default_value_t = 2_000)]
+        emails: u32,
     },
 }
 
@@ -80,6 +94,25 @@ impl BenchCommand {
                         .map(|r| vec![r.call.into(), format!("{:.2}", r.median_us)])
                         .collect();
                 print!("{}", to_table(&["call", "median_us"], &rows));
+                Ok(())
+            }
+            BenchCommand::Smtp {
+                url,
+                connections,
+                emails,
+            } => {
+                if connections == 0 || emails == 0 {
+                    return Err("--connections and --emails must be at least 1".into());
+                }
+                let run = sendguard::mail::bench::run(&url, connections, emails).await?;
+                let row = vec![
+                    run.emails.to_string(),
+                    format!("{:.2}", run.elapsed.as_secs_f64()),
+                    format!("{:.0}", run.per_second()),
+                    format!("{:.2}", run.mean_send_ms()),
+                ];
+                let header = ["emails", "seconds", "emails_per_s", "mean_send_ms"];
+                print!("{}", to_table(&header, &[row]));
                 Ok(())
             }
         }

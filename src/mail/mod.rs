@@ -3,6 +3,7 @@
 //! claims the other queued invites; the email itself is [`render`], what a failed send means
 //! [`failure`].
 
+pub mod bench;
 mod failure;
 mod handoff;
 mod queries;
