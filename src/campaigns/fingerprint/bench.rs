@@ -48,5 +48,14 @@ pub fn run(iterations: usize) -> Vec<FingerprintBench> {
             .0,
         },
         row("normalise + signature, 2,000 chars disguised", &disguised),
+        FingerprintBench {
+            call: "normalise only, disguised",
+            median_us: median_micros(iterations, || normalise(&disguised).len()).0,
+        },
+        FingerprintBench {
+            call: "link detection only, disguised",
+            median_us: median_micros(iterations, || crate::signals::links::find(&disguised).len())
+                .0,
+        },
     ]
 }

@@ -162,11 +162,77 @@ const TABLE: &[(char, char)] = &[
     ('\u{1df6e}', 'l'), ('\u{1df7d}', 'w'), ('\u{1df81}', 'e'),
 ];
 
+/// Where the look-alikes of texts in the wild mostly come from (Latin-1 to the end of Cyrillic
+/// Supplement), looked up directly: a disguised text has one in every few characters.
+const DIRECT: std::ops::Range<u32> = 0x80..0x530;
+/// For each code point of [`DIRECT`], the letter it imitates (0: none).
+static DIRECT_TABLE: [u8; (DIRECT.end - DIRECT.start) as usize] = direct_table();
+
+const fn direct_table() -> [u8; (DIRECT.end - DIRECT.start) as usize] {
+    let mut table = [0; (DIRECT.end - DIRECT.start) as usize];
+    let mut i = 0;
+    while i < TABLE.len() {
+        let (from, to) = TABLE[i];
+        if from as u32 >= DIRECT.start && (from as u32) < DIRECT.end {
+            table[(from as u32 - DIRECT.start) as usize] = to as u8;
+        }
+        i += 1;
+    }
+    table
+}
+
+/// The ASCII letter (lower case) that `c` imitates, if `c` is a look-alike of [`DIRECT`].
+pub(super) fn fold_direct(c: char) -> Option<char> {
+    let letter = *DIRECT_TABLE.get((c as u32).checked_sub(DIRECT.start)? as usize)?;
+    (letter != 0).then_some(letter as char)
+}
+
 /// The ASCII letter (lower case) that `c` imitates, if any.
 pub(super) fn fold(c: char) -> Option<char> {
+    if DIRECT.contains(&(c as u32)) {
+        return fold_direct(c);
+    }
     TABLE
         .binary_search_by_key(&c, |&(from, _)| from)
         .ok()
         .and_then(|i| TABLE.get(i))
         .map(|&(_, to)| to)
+}
+
+#[cfg(test)]
+mod tests {
+    use icu_properties::CodePointMapData;
+    use icu_properties::props::GeneralCategory;
+
+    use super::*;
+
+    #[test]
+    fn the_direct_table_agrees_with_the_search() {
+        for c in (DIRECT.start..DIRECT.end).filter_map(char::from_u32) {
+            let searched = TABLE
+                .binary_search_by_key(&c, |&(from, _)| from)
+                .ok()
+                .map(|i| TABLE[i].1);
+            assert_eq!(fold(c), searched, "{c:?}");
+        }
+        assert!(TABLE.iter().all(|&(_, to)| to.is_ascii_lowercase()));
+        // What `normalise` relies on to take these without NFKC (`Simple`): letters, which no
+        // mark precedes in a composition.
+        let category = CodePointMapData::<GeneralCategory>::new();
+        for &(from, _) in TABLE
+            .iter()
+            .filter(|(from, _)| DIRECT.contains(&(*from as u32)))
+        {
+            let letter = matches!(
+                category.get(from),
+                GeneralCategory::UppercaseLetter
+                    | GeneralCategory::LowercaseLetter
+                    | GeneralCategory::TitlecaseLetter
+                    | GeneralCategory::ModifierLetter
+                    | GeneralCategory::OtherLetter
+            );
+            assert!(letter, "{from:?} is not a letter");
+        }
+        assert!(TABLE.windows(2).all(|w| w[0].0 < w[1].0), "sorted");
+    }
 }

@@ -73,6 +73,29 @@ pub fn normalise(text: &str) -> String {
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// A character NFKC leaves as it is (or, a full-width digit, makes one ASCII digit) whatever
+/// comes before or after it: ASCII, the look-alikes of Latin, Greek and Cyrillic letters, which
+/// a disguised text has in every word, and the full-width digits. None is the second of a
+/// composition or reordered, so a run of other characters ends before one; a combining mark
+/// after one joins it, so such a run starts with the character before it.
+enum Simple {
+    Ascii(u8),
+    LookAlike(u8),
+    Digit,
+}
+
+impl Simple {
+    fn of(c: char) -> Option<Simple> {
+        if c.is_ascii() {
+            return Some(Simple::Ascii(c as u8));
+        }
+        if ('\u{ff10}'..='\u{ff19}').contains(&c) {
+            return Some(Simple::Digit);
+        }
+        confusables::fold_direct(c).map(|letter| Simple::LookAlike(letter as u8))
+    }
+}
+
 /// The text being built (UTF-8, as bytes: most of it is ASCII, written a byte at a time), and
 /// whether a space is due before the next word character.
 struct Normalised {
@@ -81,6 +104,9 @@ struct Normalised {
 }
 
 impl Normalised {
+    /// A piece of text without links. The characters NFKC leaves alone, whatever is around
+    /// them, are taken one by one ([`Simple`]); each run of the others goes through NFKC with the
+    /// character before it, which a combining mark may join ([`Normalised::unicode`]).
     fn segment(&mut self, segment: &str) {
         if segment.is_ascii() {
             // NFKC, the look-alikes and the marks leave ASCII as it is.
@@ -89,6 +115,37 @@ impl Normalised {
             }
             return;
         }
+        let mut rest = segment;
+        while let Some((start, _)) = rest.char_indices().find(|&(_, c)| Simple::of(c).is_none()) {
+            let before = rest
+                .get(..start)
+                .and_then(|head| head.char_indices().next_back())
+                .map_or(start, |(i, _)| i);
+            let end = rest
+                .get(start..)
+                .and_then(|tail| tail.char_indices().find(|&(_, c)| Simple::of(c).is_some()))
+                .map_or(rest.len(), |(i, _)| start + i);
+            self.simple(rest.get(..before).unwrap_or_default());
+            self.unicode(rest.get(before..end).unwrap_or_default());
+            rest = rest.get(end..).unwrap_or_default();
+        }
+        self.simple(rest);
+    }
+
+    /// Characters that are all [`Simple`].
+    fn simple(&mut self, text: &str) {
+        for c in text.chars() {
+            match Simple::of(c) {
+                Some(Simple::Ascii(b)) => self.ascii(b),
+                Some(Simple::LookAlike(letter)) => self.push_byte(letter),
+                Some(Simple::Digit) => self.digit(),
+                None => {}
+            }
+        }
+    }
+
+    /// Text through NFKC, then character by character.
+    fn unicode(&mut self, segment: &str) {
         let segment = ComposingNormalizerBorrowed::new_nfkc().normalize(segment);
         let category = CodePointMapData::<GeneralCategory>::new();
         for c in segment.chars() {

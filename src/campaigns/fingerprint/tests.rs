@@ -126,6 +126,15 @@ fn disguise(text: &str, choices: &[u8]) -> String {
     out
 }
 
+/// ASCII, look-alikes, full-width digits and letters, and what composes, reorders or
+/// decomposes around them under NFKC.
+const MIXED: [char; 36] = [
+    'a', 'e', 'o', 'Z', '7', ' ', ',', '-', 'а', 'е', 'о', 'ο', 'ς', 'ß', 'é', 'й', 'Ø', 'ı',
+    '\u{0301}', '\u{0308}', '\u{0327}', '\u{0345}', '\u{0306}', '\u{ff11}', '\u{ff41}', '\u{ff21}',
+    '\u{1100}', '\u{1161}', '\u{11a8}', '\u{200d}', '\u{fb01}', '\u{212b}', '\u{1e9b}', '\u{3164}',
+    '\u{2460}', '\u{0d4}',
+];
+
 fn words() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec(
         prop::sample::select(&WORDS[..]).prop_map(String::from),
@@ -158,6 +167,33 @@ proptest! {
         };
         let text = format!("{} {link} now", words.join(" "));
         prop_assert_eq!(normalise(&text), format!("{} scam.com now", words.join(" ")));
+    }
+
+    /// Taking the simple characters one by one and NFKC for the rest gives what NFKC over
+    /// the whole text gives, whatever follows what: marks after look-alikes, jamo, ligatures,
+    /// full-width forms.
+    #[test]
+    fn simple_characters_skip_nfkc_and_change_nothing(chars in prop::collection::vec(prop::sample::select(&MIXED[..]), 0..40)) {
+        let text: String = chars.into_iter().collect();
+        let by_pieces = {
+            let mut out = Normalised { text: Vec::new(), space: false };
+            out.segment(&text);
+            out.text
+        };
+        let whole = {
+            let mut out = Normalised { text: Vec::new(), space: false };
+            out.unicode(&text);
+            out.text
+        };
+        prop_assert_eq!(String::from_utf8_lossy(&by_pieces), String::from_utf8_lossy(&whole), "{:?}", text);
+    }
+
+    /// Whichever instructions the CPU has, a signature is the same (here the baseline code
+    /// against the one the machine picks).
+    #[test]
+    fn signatures_are_the_same_on_every_cpu(words in prop::collection::vec(prop::sample::select(&WORDS[..]).prop_map(String::from), 0..400)) {
+        let text = words.join(" ");
+        prop_assert_eq!(Signature::of(&text), signature::minhash(&text));
     }
 }
 

@@ -359,8 +359,13 @@ fn next_run_worth_a_look(b: &[u8], from: usize) -> Option<(usize, usize)> {
                 let len = end.iter().take_while(|&&c| is_local_part_byte(c)).count();
                 return Some((run_start(b, t, from), t + len));
             }
-            // A scheme's colon, an `@`, or the lead byte of a wide dot or `@`.
-            b'@' | b':' | 0xE3 | 0xEF => Some(t),
+            // A scheme's colon, an `@`, a wide dot or a wide `@` (not every character of its
+            // lead byte: full-width digits and letters share it).
+            b'@' | b':' => Some(t),
+            0xE3 | 0xEF => {
+                let wide_at = b.get(t..).is_some_and(|rest| rest.starts_with(WIDE_AT));
+                (wide_at || wide_dot_end(b, t).is_some()).then_some(t)
+            }
             b'[' | b'(' | b'{' => Some(blanks_before(b, t, from)),
             // `d` or `D`: only the word ` dot ` counts.
             _ => {

@@ -455,3 +455,29 @@ proptest! {
         prop_assert_eq!(find(&text), Vec::new(), "text: {:?}", text);
     }
 }
+
+#[test]
+fn the_alphanumeric_bitmap_agrees_with_the_standard_library() {
+    for c in (0..0x1000).filter_map(char::from_u32) {
+        assert_eq!(text::is_alphanumeric(c), c.is_alphanumeric(), "{c:?}");
+    }
+}
+
+/// A wide dot or `@` joins a host; a full-width digit or letter, which shares their lead byte,
+/// does not start a look of its own and changes nothing that is found.
+#[test]
+fn full_width_characters_are_not_taken_for_wide_separators() {
+    let host = |text: &str| first(text).map(|(_, _, host)| host);
+    assert_eq!(
+        host("see example\u{ff0e}com today").as_deref(),
+        Some("example.com")
+    );
+    assert_eq!(
+        host("mail me at ann\u{ff20}example.com").as_deref(),
+        Some("example.com")
+    );
+    assert_eq!(
+        host("call \u{ff11}\u{ff12}\u{ff13} or \u{ff41}\u{ff42}c"),
+        None
+    );
+}

@@ -1,6 +1,8 @@
 //! The byte-level pieces of the scanner: character classes, separators (plain and disguised),
 //! dotted names and their public suffix, and where a link ends.
 
+use std::sync::LazyLock;
+
 use super::*;
 
 /// The byte at `i`, or 0 past the end (0 never matches anything we look for).
@@ -191,7 +193,26 @@ pub(super) fn starts_label(text: &str, i: usize, charset: Charset) -> bool {
     c.is_ascii_alphanumeric()
         || (c >= 0x80
             && charset == Charset::Unicode
-            && next_char(text, i).is_some_and(char::is_alphanumeric))
+            && next_char(text, i).is_some_and(is_alphanumeric))
+}
+
+/// `char::is_alphanumeric`, from a bitmap below U+0800 (Latin, Greek, Cyrillic and the other
+/// alphabets a disguised host mixes in, a letter in every word), where the standard library's
+/// search costs more than the rest of a label's scan.
+pub(super) fn is_alphanumeric(ch: char) -> bool {
+    static BELOW_0800: LazyLock<[u64; 32]> = LazyLock::new(|| {
+        let mut bits = [0u64; 32];
+        for c in (0..0x800).filter_map(char::from_u32) {
+            if c.is_alphanumeric() {
+                bits[c as usize / 64] |= 1 << (c as usize % 64);
+            }
+        }
+        bits
+    });
+    match BELOW_0800.get(ch as usize / 64) {
+        Some(word) => (word >> (ch as usize % 64)) & 1 == 1,
+        None => ch.is_alphanumeric(),
+    }
 }
 
 pub(super) fn next_char(text: &str, i: usize) -> Option<char> {
@@ -206,7 +227,7 @@ pub(super) fn label_end(text: &str, mut i: usize, charset: Charset) -> usize {
             i += 1;
         } else if c >= 0x80 && charset == Charset::Unicode {
             match next_char(text, i) {
-                Some(ch) if ch.is_alphanumeric() => i += ch.len_utf8(),
+                Some(ch) if is_alphanumeric(ch) => i += ch.len_utf8(),
                 _ => return i,
             }
         } else {
@@ -327,7 +348,7 @@ pub(super) fn path_end(text: &str, start: usize) -> usize {
         let c = byte(b, j);
         if c >= 0x80 {
             match next_char(text, j) {
-                Some(ch) if ch.is_alphanumeric() => j += ch.len_utf8(),
+                Some(ch) if is_alphanumeric(ch) => j += ch.len_utf8(),
                 _ => break,
             }
             continue;
