@@ -117,8 +117,9 @@ pub struct Swept {
 }
 
 /// The senders with invites of `subject` waiting in the queue, for the sweep to lock first.
-/// Found from the outbox, which holds only what waits, not from all of `invites`, where a
-/// campaign's invites pile up for as long as it runs.
+/// Joined with the outbox, which holds only what waits; the planner has still been seen to
+/// start from the subject's invites (the GIN index on `invites`), whose number grows for as
+/// long as the campaign runs (docs/PERFORMANCE.md).
 pub async fn queued_senders(
     conn: &mut PgConnection,
     subject: &str,
