@@ -35,8 +35,8 @@ pub async fn run(url: &str, connections: u32, emails: u32) -> Result<SmtpBench, 
     let body = "An invitation to a shared document, with its links.\r\n".repeat(60);
     let started = Instant::now();
     let mut sends = JoinSet::new();
+    let build = |e: &dyn std::fmt::Display| MailError::Build(e.to_string());
     for n in 0..emails {
-        let build = |e: &dyn std::fmt::Display| MailError::Build(e.to_string());
         let message = Message::builder()
             .from("Bench <bench@example.com>".parse().map_err(|e| build(&e))?)
             .to(format!("r{n}@example.com").parse().map_err(|e| build(&e))?)
@@ -52,7 +52,8 @@ pub async fn run(url: &str, connections: u32, emails: u32) -> Result<SmtpBench, 
     }
     let mut busy = Duration::ZERO;
     while let Some(took) = sends.join_next().await {
-        busy += took.map_err(|e| MailError::Unreachable(e.to_string()))??;
+        // A task ends early only when it panicked.
+        busy += took.map_err(|e| MailError::Unreachable(format!("a send stopped: {e}")))??;
     }
     Ok(SmtpBench {
         emails,

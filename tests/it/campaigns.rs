@@ -154,10 +154,10 @@ async fn with_a_settle_time_the_campaign_delivers_nothing() {
     assert_eq!(flagged, SENDERS as i64, "the swept senders are flagged too");
 }
 
-/// Every invite past the limit is held by its own decision, so after its first seconds a
-/// campaign's queue is swept at most once a second, not once per held invite; a straggler
-/// (an invite counted before the crossing whose commit came after the sweep) is still caught
-/// by the next sweep, long before a settle time of a minute runs out.
+/// After its first seconds a campaign's queue is swept at most once a second (every invite past
+/// the limit is held by its own decision). A straggler, an invite counted before the crossing
+/// whose commit came after a sweep, is caught by the next breach's sweep, long before a settle
+/// time of a minute runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_straggler_is_swept_by_the_next_sweep() {
     let stage = Stage::start_with("campaign_straggler", &[], |cfg| cfg.settle_secs = 60).await;

@@ -463,8 +463,9 @@ fn the_alphanumeric_bitmap_agrees_with_the_standard_library() {
     }
 }
 
-/// A wide dot or `@` joins a host; a full-width digit or letter, which shares their lead byte,
-/// does not start a look of its own and changes nothing that is found.
+/// A wide dot or `@` still starts a look for a host (the scanner looks at their lead byte only
+/// when a whole wide dot or `@` follows); full-width digits and letters, which share it, are no
+/// link.
 #[test]
 fn full_width_characters_are_not_taken_for_wide_separators() {
     let host = |text: &str| first(text).map(|(_, _, host)| host);
