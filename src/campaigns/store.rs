@@ -116,10 +116,9 @@ pub struct Swept {
     pub sender_id: String,
 }
 
-/// The senders with invites of `subject` waiting in the queue, for the sweep to lock first.
-/// Joined with the outbox, which holds only what waits; the planner has still been seen to
-/// start from the subject's invites (the GIN index on `invites`), whose number grows for as
-/// long as the campaign runs (docs/PERFORMANCE.md).
+/// The senders with invites of `subject` in the outbox, for the sweep to lock first. The
+/// outbox's rows carry their invites' campaign subjects, so this reads the few invites of the
+/// campaign that wait or are being sent, not all it ever had.
 pub async fn queued_senders(
     conn: &mut PgConnection,
     subject: &str,
@@ -127,7 +126,7 @@ pub async fn queued_senders(
     let rows: Vec<(i64, String)> = sqlx::query_as(
         "SELECT DISTINCT i.app_id, i.sender_id FROM outbox o
          JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
-         WHERE i.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'",
+         WHERE o.campaign_keys @> ARRAY[$1::text]",
     )
     .bind(subject)
     .fetch_all(conn)
@@ -138,9 +137,10 @@ pub async fn queued_senders(
         .collect())
 }
 
-/// Holds every still-queued invite of `subject` whose sender is not trusted and that no
-/// outbox is sending (a claimed one may be on the wire already), counting each in its
-/// sender's held invites. The caller flags their senders.
+/// Holds every invite of `subject` waiting in the outbox whose sender is not trusted and that
+/// no outbox is sending (a claimed one may be on the wire already), counting each in its
+/// sender's held invites. An invite a moderator released has no subjects in the outbox, so no
+/// sweep holds it again. The caller flags their senders.
 pub async fn sweep(
     conn: &mut PgConnection,
     subject: &str,
@@ -150,7 +150,7 @@ pub async fn sweep(
         "WITH waiting AS (
              SELECT o.invite_id FROM outbox o
              JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
-             WHERE i.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
+             WHERE o.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
                  AND (o.claimed_by IS NULL OR o.next_attempt_at < now())
                  AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = i.app_id
                      AND s.id = i.sender_id AND s.state = 'trusted')

@@ -173,10 +173,11 @@ async fn a_straggler_is_swept_by_the_next_sweep() {
             "WITH back AS (
                  UPDATE invites SET status = 'queued'
                  WHERE id = (SELECT id FROM invites WHERE status = 'held' LIMIT 1)
-                 RETURNING id, created_at),
+                 RETURNING id, created_at, campaign_keys),
              queued AS (
-                 INSERT INTO outbox (invite_id, created_at, next_attempt_at)
-                 SELECT id, created_at, now() + interval '60 seconds' FROM back)
+                 INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_keys)
+                 SELECT id, created_at, now() + interval '60 seconds', campaign_keys
+                 FROM back)
              SELECT id FROM back",
         )
         .fetch_one(&stage.pool)
@@ -199,6 +200,65 @@ async fn a_straggler_is_swept_by_the_next_sweep() {
     flags_done(&stage.pool).await;
     assert_eq!(status(straggler).await, "held");
     assert!(stage.sink.messages().is_empty(), "nothing delivered");
+}
+
+/// A held invite a moderator released waits out the settle time in the outbox like any other,
+/// but the campaign's next sweep leaves it there: the release was a decision on that invite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_invite_is_not_swept_back() {
+    let stage = Stage::start_with("campaign_release", &[], |cfg| cfg.settle_secs = 60).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    for s in 0..6 {
+        assert_eq!(send_pitch(&api, s, 0).await, StatusCode::OK);
+    }
+    flags_done(&stage.pool).await;
+    let (invite, app_id, version): (uuid::Uuid, i64, i64) = sqlx::query_as(
+        "SELECT i.id, i.app_id, s.version FROM invites i
+         JOIN senders s ON s.app_id = i.app_id AND s.id = i.sender_id
+         WHERE i.sender_id = 'acct00' AND i.status = 'held'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("the first sender's swept invite");
+    let released = sendguard::moderation::held::decide_invite(
+        &stage.pool,
+        &sendguard::sender_key::SenderKey::new(app_id, "acct00"),
+        version,
+        invite,
+        sendguard::moderation::held::InviteDecision::Release {
+            after: Duration::from_secs(60),
+        },
+        "moderator",
+        None,
+    )
+    .await
+    .expect("release");
+    assert!(released);
+    let before = swept_at(&stage.pool).await;
+    // Past the campaign's first seconds, a breach sweeps again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(send_pitch(&api, 6, 0).await, StatusCode::OK);
+    flags_done(&stage.pool).await;
+    let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id = $1")
+        .bind(invite)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("status");
+    assert_eq!(
+        status, "queued",
+        "the released invite still waits to go out"
+    );
+    assert!(
+        swept_at(&stage.pool).await > before,
+        "the breach swept the campaign again"
+    );
+}
+
+async fn swept_at(pool: &PgPool) -> chrono::DateTime<chrono::Utc> {
+    sqlx::query_scalar("SELECT swept_at FROM campaigns")
+        .fetch_one(pool)
+        .await
+        .expect("the campaign's last sweep")
 }
 
 /// A trusted sender's invites never wait for the settle time, and the sweep leaves them be.

@@ -151,11 +151,13 @@ pub const INSERT_BATCH: &str = "WITH input AS (
          RETURNING id, app_id, sender_id, recipient, created_at, status = 'queued' AS queued,
              status = 'discarded' AS over_cap),
      queued AS (
-         INSERT INTO outbox (invite_id, created_at, next_attempt_at, claimed_by)
+         INSERT INTO outbox (invite_id, created_at, next_attempt_at, claimed_by,
+             campaign_keys)
          SELECT w.id, w.created_at, now() + CASE WHEN i.claimed
                  THEN make_interval(secs => $23::float8)
                  ELSE make_interval(secs => i.settle) END,
-             CASE WHEN i.claimed THEN $22::text END
+             CASE WHEN i.claimed THEN $22::text END,
+             string_to_array(i.campaign_keys, E'\\n')
          FROM written w JOIN input i ON i.id = w.id
          WHERE w.queued),
      follow_up AS (

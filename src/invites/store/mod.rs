@@ -227,8 +227,9 @@ pub async fn settle_deferred(
                  campaign_keys = NULLIF($5::text[], '{}')
              WHERE id = $1 AND created_at = $4
              RETURNING id, created_at)
-         INSERT INTO outbox (invite_id, created_at, next_attempt_at)
-         SELECT id, created_at, now() FROM settled WHERE $2 = 'queued'",
+         INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_keys)
+         SELECT id, created_at, now(), NULLIF($5::text[], '{}') FROM settled
+         WHERE $2 = 'queued'",
     )
     .bind(invite.id)
     .bind(status.as_str())
