@@ -116,65 +116,74 @@ pub struct Swept {
     pub sender_id: String,
 }
 
-/// The senders with invites of `subject` in the outbox, for the sweep to lock first. The
-/// outbox's rows carry their invites' campaign subjects, so this reads the few invites of the
-/// campaign that wait or are being sent, not all it ever had.
+/// The senders with invites of `subject` in the outbox, for the sweep to lock first
+/// ([`QUEUED_SENDERS`]).
 pub async fn queued_senders(
     conn: &mut PgConnection,
     subject: &str,
 ) -> Result<Vec<crate::sender_key::SenderKey>, sqlx::Error> {
-    let rows: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT DISTINCT i.app_id, i.sender_id FROM outbox o
-         JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
-         WHERE o.campaign_keys @> ARRAY[$1::text]",
-    )
-    .bind(subject)
-    .fetch_all(conn)
-    .await?;
+    let rows: Vec<(i64, String)> = sqlx::query_as(QUEUED_SENDERS)
+        .bind(subject)
+        .fetch_all(conn)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(app, id)| crate::sender_key::SenderKey::new(app, id.as_str()))
         .collect())
 }
 
+/// The outbox's rows carry their invites' campaign subjects, so the sweep reads the few
+/// invites of the campaign that wait or are being sent, not all it ever had: the index finds
+/// the rows of the subject's bucket (migration 0022), and their subjects are checked. `$1` is
+/// the subject.
+pub const QUEUED_SENDERS: &str = "SELECT DISTINCT i.app_id, i.sender_id FROM outbox o
+     JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
+     WHERE sendguard_campaign_buckets(o.campaign_keys)
+             @> sendguard_campaign_buckets(ARRAY[$1::text])
+         AND o.campaign_keys @> ARRAY[$1::text]";
+
 /// Holds every invite of `subject` waiting in the outbox whose sender is not trusted and that
 /// no outbox is sending (a claimed one may be on the wire already), counting each in its
-/// sender's held invites. An invite a moderator released has no subjects in the outbox, so no
-/// sweep holds it again. The caller flags their senders.
+/// sender's held invites ([`SWEEP`]). The caller flags their senders.
 pub async fn sweep(
     conn: &mut PgConnection,
     subject: &str,
     campaign_id: i64,
 ) -> Result<Vec<Swept>, sqlx::Error> {
-    sqlx::query_as(
-        "WITH waiting AS (
-             SELECT o.invite_id FROM outbox o
-             JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
-             WHERE o.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
-                 AND (o.claimed_by IS NULL OR o.next_attempt_at < now())
-                 AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = i.app_id
-                     AND s.id = i.sender_id AND s.state = 'trusted')
-             FOR UPDATE OF o SKIP LOCKED),
-         taken AS (
-             DELETE FROM outbox o USING waiting w WHERE o.invite_id = w.invite_id
-             RETURNING o.invite_id, o.created_at),
-         swept AS (
-             UPDATE invites i SET status = 'held',
-                 decision = i.decision || jsonb_build_object('swept', $2::bigint)
-             FROM taken t WHERE i.id = t.invite_id AND i.created_at = t.created_at
-             RETURNING i.id, i.app_id, i.sender_id),
-         counted AS (
-             UPDATE senders s SET held_stored = s.held_stored + n.held
-             FROM (SELECT app_id, sender_id, count(*) AS held FROM swept
-                   GROUP BY app_id, sender_id) n
-             WHERE s.app_id = n.app_id AND s.id = n.sender_id)
-         SELECT id, app_id, sender_id FROM swept",
-    )
-    .bind(subject)
-    .bind(campaign_id)
-    .fetch_all(conn)
-    .await
+    sqlx::query_as(SWEEP)
+        .bind(subject)
+        .bind(campaign_id)
+        .fetch_all(conn)
+        .await
 }
+
+/// The sweep of campaign `$2`, whose subject is `$1`, found as [`QUEUED_SENDERS`] finds them.
+/// An invite a moderator released goes back to the outbox without its subjects, so no sweep
+/// holds it again.
+pub const SWEEP: &str = "WITH waiting AS (
+         SELECT o.invite_id FROM outbox o
+         JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
+         WHERE sendguard_campaign_buckets(o.campaign_keys)
+                 @> sendguard_campaign_buckets(ARRAY[$1::text])
+             AND o.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
+             AND (o.claimed_by IS NULL OR o.next_attempt_at < now())
+             AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = i.app_id
+                 AND s.id = i.sender_id AND s.state = 'trusted')
+         FOR UPDATE OF o SKIP LOCKED),
+     taken AS (
+         DELETE FROM outbox o USING waiting w WHERE o.invite_id = w.invite_id
+         RETURNING o.invite_id, o.created_at),
+     swept AS (
+         UPDATE invites i SET status = 'held',
+             decision = i.decision || jsonb_build_object('swept', $2::bigint)
+         FROM taken t WHERE i.id = t.invite_id AND i.created_at = t.created_at
+         RETURNING i.id, i.app_id, i.sender_id),
+     counted AS (
+         UPDATE senders s SET held_stored = s.held_stored + n.held
+         FROM (SELECT app_id, sender_id, count(*) AS held FROM swept
+               GROUP BY app_id, sender_id) n
+         WHERE s.app_id = n.app_id AND s.id = n.sender_id)
+     SELECT id, app_id, sender_id FROM swept";
 
 /// The apps with senders flagged in the campaign that were not told of it yet, now marked
 /// told; with each, its flagged senders.
