@@ -23,6 +23,17 @@ pub const LINK_DOMAIN: &str = "link_domain";
 /// what never counts ([`known`]).
 pub const CHANGED: &str = "sendguard_campaigns";
 
+/// The bucket of a campaign subject in the outbox's index (migration 0022): the first two
+/// bytes of its SHA-256, one of 65,536. The index holds buckets, not subjects, because a GIN
+/// index never drops a key and nearly every text is a subject of its own; the sweep checks the
+/// subjects of the few invites of a bucket. The migration's `sendguard_campaign_bucket` gives
+/// the same number in SQL.
+pub fn bucket(subject: &str) -> i32 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(subject.as_bytes());
+    i32::from(u16::from_be_bytes([digest[0], digest[1]]))
+}
+
 /// What the enabled rules count of a text's payload.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wanted {

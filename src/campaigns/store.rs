@@ -124,6 +124,7 @@ pub async fn queued_senders(
 ) -> Result<Vec<crate::sender_key::SenderKey>, sqlx::Error> {
     let rows: Vec<(i64, String)> = sqlx::query_as(QUEUED_SENDERS)
         .bind(subject)
+        .bind(super::bucket(subject))
         .fetch_all(conn)
         .await?;
     Ok(rows
@@ -132,15 +133,15 @@ pub async fn queued_senders(
         .collect())
 }
 
-/// The outbox's rows carry their invites' campaign subjects, so the sweep reads the few
-/// invites of the campaign that wait or are being sent, not all it ever had: the index finds
-/// the rows of the subject's bucket (migration 0022), and their subjects are checked. `$1` is
-/// the subject.
+/// The outbox's rows carry the buckets of their invites' campaign subjects
+/// ([`super::bucket`]), so the sweep reads the few invites of the campaign that wait or are
+/// being sent, not all it ever had: the rows of the subject's bucket, whose invites' subjects
+/// are checked. They are checked with `= ANY`, which the index of `invites` cannot serve: with
+/// `@>`, a cached plan was seen to read every invite of the campaign through it. `$1` is the
+/// subject, `$2` its bucket.
 pub const QUEUED_SENDERS: &str = "SELECT DISTINCT i.app_id, i.sender_id FROM outbox o
      JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
-     WHERE sendguard_campaign_buckets(o.campaign_keys)
-             @> sendguard_campaign_buckets(ARRAY[$1::text])
-         AND o.campaign_keys @> ARRAY[$1::text]";
+     WHERE o.campaign_buckets @> ARRAY[$2::int] AND $1 = ANY(i.campaign_keys)";
 
 /// Holds every invite of `subject` waiting in the outbox whose sender is not trusted and that
 /// no outbox is sending (a claimed one may be on the wire already), counting each in its
@@ -153,19 +154,20 @@ pub async fn sweep(
     sqlx::query_as(SWEEP)
         .bind(subject)
         .bind(campaign_id)
+        .bind(super::bucket(subject))
         .fetch_all(conn)
         .await
 }
 
-/// The sweep of campaign `$2`, whose subject is `$1`, found as [`QUEUED_SENDERS`] finds them.
+/// The sweep of campaign `$2`, whose subject is `$1` and its bucket `$3`, found as
+/// [`QUEUED_SENDERS`] finds them.
 /// An invite a moderator released goes back to the outbox without its subjects, so no sweep
 /// holds it again.
 pub const SWEEP: &str = "WITH waiting AS (
          SELECT o.invite_id FROM outbox o
          JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
-         WHERE sendguard_campaign_buckets(o.campaign_keys)
-                 @> sendguard_campaign_buckets(ARRAY[$1::text])
-             AND o.campaign_keys @> ARRAY[$1::text] AND i.status = 'queued'
+         WHERE o.campaign_buckets @> ARRAY[$3::int] AND $1 = ANY(i.campaign_keys)
+             AND i.status = 'queued'
              AND (o.claimed_by IS NULL OR o.next_attempt_at < now())
              AND NOT EXISTS (SELECT 1 FROM senders s WHERE s.app_id = i.app_id
                  AND s.id = i.sender_id AND s.state = 'trusted')

@@ -175,8 +175,10 @@ async fn a_straggler_is_swept_by_the_next_sweep() {
                  WHERE id = (SELECT id FROM invites WHERE status = 'held' LIMIT 1)
                  RETURNING id, created_at, campaign_keys),
              queued AS (
-                 INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_keys)
-                 SELECT id, created_at, now() + interval '60 seconds', campaign_keys
+                 INSERT INTO outbox (invite_id, created_at, next_attempt_at,
+                     campaign_buckets)
+                 SELECT id, created_at, now() + interval '60 seconds',
+                     ARRAY(SELECT sendguard_campaign_bucket(k) FROM unnest(campaign_keys) k)
                  FROM back)
              SELECT id FROM back",
         )

@@ -488,6 +488,7 @@ fn batch_args(rows: &[BatchRow<'_>], worker: &str) -> String {
         // None settles, and no campaign rule counts.
         same("0", "float8"),
         nulls("text"),
+        nulls("text"),
     ]
     .join(", ")
 }
@@ -687,10 +688,11 @@ async fn a_campaign_sweep_reads_only_the_campaigns_waiting_invites() {
     );
     // The campaign's invites settle; the others are being sent.
     seed.push(
-        "INSERT INTO outbox (invite_id, created_at, next_attempt_at, claimed_by, campaign_keys)
+        "INSERT INTO outbox (invite_id, created_at, next_attempt_at, claimed_by,
+             campaign_buckets)
          SELECT id, created_at, now() + interval '1 minute',
              CASE WHEN campaign_keys = ARRAY['fingerprint:big'] THEN NULL ELSE 'worker' END,
-             campaign_keys
+             ARRAY(SELECT sendguard_campaign_bucket(k) FROM unnest(campaign_keys) k)
          FROM invites WHERE status = 'queued'"
             .to_owned(),
     );
@@ -703,12 +705,12 @@ async fn a_campaign_sweep_reads_only_the_campaigns_waiting_invites() {
             (
                 "senders",
                 sendguard::campaigns::store::QUEUED_SENDERS,
-                "'fingerprint:big'",
+                "'fingerprint:big', sendguard_campaign_bucket('fingerprint:big')",
             ),
             (
                 "sweep",
                 sendguard::campaigns::store::SWEEP,
-                "'fingerprint:big', 1",
+                "'fingerprint:big', 1, sendguard_campaign_bucket('fingerprint:big')",
             ),
         ] {
             let mut tx = pool.begin().await.expect("begin");

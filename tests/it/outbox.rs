@@ -500,9 +500,10 @@ async fn the_outbox_index_of_campaign_subjects_stays_bounded() {
     let mut sizes = Vec::new();
     for round in 0..4 {
         sqlx::query(
-            "INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_keys)
+            "INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_buckets)
              SELECT gen_random_uuid(), now(), now(),
-                 ARRAY['fingerprint:r' || $1 || 'n' || n, 'link_domain:r' || $1 || 'n' || n]
+                 ARRAY[sendguard_campaign_bucket('fingerprint:r' || $1 || 'n' || n),
+                     sendguard_campaign_bucket('link_domain:r' || $1 || 'n' || n)]
              FROM generate_series(1, 50000) n",
         )
         .bind(round)
@@ -527,4 +528,30 @@ async fn the_outbox_index_of_campaign_subjects_stays_bounded() {
         sizes.iter().all(|&bytes| bytes <= 4 << 20),
         "bytes of the index after each round: {sizes:?}"
     );
+}
+
+/// The service and the migration that filled the outbox's buckets give a subject the same one:
+/// a sweep would miss the invites of a subject whose bucket was written otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_and_the_database_agree_on_a_subjects_bucket() {
+    let (_db, pool) = migrated("subject-bucket", &[]).await;
+    let subjects = [
+        "fingerprint:9f2c61d0a4e7",
+        "link_domain:example.com",
+        "link_domain:xn--e1afmkfd.xn--p1ai",
+        "link_domain:пример.рф",
+        "",
+    ];
+    for subject in subjects {
+        let in_sql: i32 = sqlx::query_scalar("SELECT sendguard_campaign_bucket($1)")
+            .bind(subject)
+            .fetch_one(&pool)
+            .await
+            .expect("the bucket in SQL");
+        assert_eq!(
+            in_sql,
+            sendguard::campaigns::bucket(subject),
+            "the bucket of {subject:?}"
+        );
+    }
 }

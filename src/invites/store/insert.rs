@@ -60,12 +60,12 @@ pub const INSERT_BATCH: &str = "WITH input AS (
              $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
              $12::jsonb[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::bool[],
              $18::int8[], $19::text[], $20::timestamptz[], $21::bool[], $24::int8[],
-             $25::jsonb[], $26::float8[], $27::text[])
+             $25::jsonb[], $26::float8[], $27::text[], $28::text[])
              WITH ORDINALITY AS t(id, api_key_id, app_id, sender_id, recipient,
                  recipient_domain, sender_ip, resource, message, sender_name, status,
                  decision, idempotency_key, request_hash, accept_url, assumed, admitted,
                  version, address, created_in_app_at, claimed, held_cap, breach, settle,
-                 campaign_keys, n)),
+                 campaign_keys, campaign_buckets, n)),
      locked AS (
          SELECT s.*, EXISTS (SELECT 1 FROM pending_flags p
                  WHERE p.app_id = s.app_id AND p.sender_id = s.id
@@ -152,12 +152,12 @@ pub const INSERT_BATCH: &str = "WITH input AS (
              status = 'discarded' AS over_cap),
      queued AS (
          INSERT INTO outbox (invite_id, created_at, next_attempt_at, claimed_by,
-             campaign_keys)
+             campaign_buckets)
          SELECT w.id, w.created_at, now() + CASE WHEN i.claimed
                  THEN make_interval(secs => $23::float8)
                  ELSE make_interval(secs => i.settle) END,
              CASE WHEN i.claimed THEN $22::text END,
-             string_to_array(i.campaign_keys, E'\\n')
+             string_to_array(i.campaign_buckets, E'\\n')::int[]
          FROM written w JOIN input i ON i.id = w.id
          WHERE w.queued),
      follow_up AS (
@@ -228,6 +228,14 @@ pub async fn insert_batch(
         .bind(column(rows, |row| row.new.settle.as_secs_f64()))
         .bind(column(rows, |row| {
             (!row.new.campaign_keys.is_empty()).then(|| row.new.campaign_keys.join("\n"))
+        }))
+        .bind(column(rows, |row| {
+            (!row.new.campaign_keys.is_empty()).then(|| {
+                let buckets: Vec<String> = (row.new.campaign_keys.iter())
+                    .map(|key| crate::campaigns::bucket(key).to_string())
+                    .collect();
+                buckets.join("\n")
+            })
         }))
         .fetch_all(conn)
         .await

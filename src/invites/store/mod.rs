@@ -227,8 +227,8 @@ pub async fn settle_deferred(
                  campaign_keys = NULLIF($5::text[], '{}')
              WHERE id = $1 AND created_at = $4
              RETURNING id, created_at)
-         INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_keys)
-         SELECT id, created_at, now(), NULLIF($5::text[], '{}') FROM settled
+         INSERT INTO outbox (invite_id, created_at, next_attempt_at, campaign_buckets)
+         SELECT id, created_at, now(), NULLIF($6::int[], '{}') FROM settled
          WHERE $2 = 'queued'",
     )
     .bind(invite.id)
@@ -236,6 +236,12 @@ pub async fn settle_deferred(
     .bind(Json(decision))
     .bind(invite.created_at)
     .bind(campaign_keys)
+    .bind(
+        campaign_keys
+            .iter()
+            .map(|key| crate::campaigns::bucket(key))
+            .collect::<Vec<_>>(),
+    )
     .execute(&mut **tx)
     .await?;
     Ok(true)
