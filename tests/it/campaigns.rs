@@ -154,18 +154,25 @@ async fn with_a_settle_time_the_campaign_delivers_nothing() {
     assert_eq!(flagged, SENDERS as i64, "the swept senders are flagged too");
 }
 
+/// A stage with a settle time of a minute where six senders have sent the pitch once each: the
+/// sixth crossed `campaign-text`, and the sweep of its follow-up held the five before it.
+async fn six_senders_settling(test: &str) -> (Stage, Api) {
+    let stage = Stage::start_with(test, &[], |cfg| cfg.settle_secs = 60).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    for s in 0..6 {
+        assert_eq!(send_pitch(&api, s, 0).await, StatusCode::OK);
+    }
+    flags_done(&stage.pool).await;
+    (stage, api)
+}
+
 /// After its first seconds a campaign's queue is swept at most once a second (every invite past
 /// the limit is held by its own decision). A straggler, an invite counted before the crossing
 /// whose commit came after a sweep, is caught by the next breach's sweep, long before a settle
 /// time of a minute runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_straggler_is_swept_by_the_next_sweep() {
-    let stage = Stage::start_with("campaign_straggler", &[], |cfg| cfg.settle_secs = 60).await;
-    let api = Api::new(stage.base(), api_key(&stage.pool).await);
-    for s in 0..6 {
-        assert_eq!(send_pitch(&api, s, 0).await, StatusCode::OK);
-    }
-    flags_done(&stage.pool).await;
+    let (stage, api) = six_senders_settling("campaign_straggler").await;
     // Past the campaign's first seconds, when every breach sweeps.
     tokio::time::sleep(Duration::from_millis(5200)).await;
     let straggle = async || -> uuid::Uuid {
@@ -208,12 +215,7 @@ async fn a_straggler_is_swept_by_the_next_sweep() {
 /// but the campaign's next sweep leaves it there: the release was a decision on that invite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_invite_is_not_swept_back() {
-    let stage = Stage::start_with("campaign_release", &[], |cfg| cfg.settle_secs = 60).await;
-    let api = Api::new(stage.base(), api_key(&stage.pool).await);
-    for s in 0..6 {
-        assert_eq!(send_pitch(&api, s, 0).await, StatusCode::OK);
-    }
-    flags_done(&stage.pool).await;
+    let (stage, api) = six_senders_settling("campaign_release").await;
     let (invite, app_id, version): (uuid::Uuid, i64, i64) = sqlx::query_as(
         "SELECT i.id, i.app_id, s.version FROM invites i
          JOIN senders s ON s.app_id = i.app_id AND s.id = i.sender_id

@@ -284,6 +284,30 @@ fn waiting(n: u32) -> Vec<String> {
     seed
 }
 
+/// `EXPLAIN ANALYZE` of statement `sql` prepared under `plan_cache_mode` `mode` and run with
+/// `args` (SQL expressions), on the seed as it is: its changes are rolled back.
+async fn explain_prepared(pool: &PgPool, mode: &str, sql: &str, args: &str) -> Value {
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::raw_sql(&format!(
+        "SET LOCAL plan_cache_mode = {mode}; PREPARE probe AS {sql}"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap_or_else(|e| panic!("PREPARE {sql}: {e}"));
+    let plan: Value = sqlx::query_scalar(&format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({args})"
+    ))
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap_or_else(|e| panic!("EXPLAIN ({mode}) {sql}: {e}"));
+    sqlx::raw_sql("DEALLOCATE probe")
+        .execute(&mut *tx)
+        .await
+        .expect("deallocate");
+    tx.rollback().await.expect("rollback");
+    plan
+}
+
 /// The partitions of `invites` a plan searched for invites by their id.
 fn searched_by_id(plan: &Value, found: &mut BTreeSet<String>) {
     let by_id = ["Index Cond", "Recheck Cond", "Filter"].iter().any(|key| {
@@ -353,25 +377,7 @@ async fn the_outbox_searches_only_the_weeks_of_its_invites() {
             ("suppressed", sendguard::mail::SUPPRESS, round.as_str()),
             ("retry", sendguard::mail::RETRY, retry.as_str()),
         ] {
-            // Each statement runs on the seed as it is: its changes are rolled back.
-            let mut tx = pool.begin().await.expect("begin");
-            sqlx::raw_sql(&format!(
-                "SET LOCAL plan_cache_mode = {mode}; PREPARE probe AS {sql}"
-            ))
-            .execute(&mut *tx)
-            .await
-            .unwrap_or_else(|e| panic!("PREPARE {name}: {e}"));
-            let plan: Value = sqlx::query_scalar(&format!(
-                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({args})"
-            ))
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap_or_else(|e| panic!("EXPLAIN {name} ({mode}): {e}"));
-            sqlx::raw_sql("DEALLOCATE probe")
-                .execute(&mut *tx)
-                .await
-                .expect("deallocate");
-            tx.rollback().await.expect("rollback");
+            let plan = explain_prepared(&pool, mode, sql, args).await;
             let mut searched = BTreeSet::new();
             searched_by_id(&plan[0]["Plan"], &mut searched);
             if searched != holding {
@@ -713,24 +719,7 @@ async fn a_campaign_sweep_reads_only_the_campaigns_waiting_invites() {
                 "'fingerprint:big', 1, sendguard_campaign_bucket('fingerprint:big')",
             ),
         ] {
-            let mut tx = pool.begin().await.expect("begin");
-            sqlx::raw_sql(&format!(
-                "SET LOCAL plan_cache_mode = {mode}; PREPARE probe AS {sql}"
-            ))
-            .execute(&mut *tx)
-            .await
-            .unwrap_or_else(|e| panic!("PREPARE {name}: {e}"));
-            let plan: Value = sqlx::query_scalar(&format!(
-                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE probe({args})"
-            ))
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap_or_else(|e| panic!("EXPLAIN {name} ({mode}): {e}"));
-            sqlx::raw_sql("DEALLOCATE probe")
-                .execute(&mut *tx)
-                .await
-                .expect("deallocate");
-            tx.rollback().await.expect("rollback");
+            let plan = explain_prepared(&pool, mode, sql, args).await;
             let plan = &plan[0]["Plan"];
             let (invites, outbox) = (rows_read(plan, "invites"), rows_read(plan, "outbox"));
             // The 20 waiting invites, each found, then taken or held in a later step of the
