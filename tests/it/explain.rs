@@ -734,3 +734,31 @@ async fn a_campaign_sweep_reads_only_the_campaigns_waiting_invites() {
     }
     assert!(wide.is_empty(), "{}", wide.join("\n\n"));
 }
+
+/// The reload of benign campaigns, every second on every instance, reads the campaigns marked
+/// benign, not all of them: 3 among 20,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reload_of_benign_campaigns_reads_only_those() {
+    let seed = [
+        "INSERT INTO campaigns (subject, kind, normalised, rule_name, benign_at)
+         SELECT 'fingerprint:' || n, 'fingerprint', 'text ' || n, 'campaign-text',
+             CASE WHEN n % 7000 = 0 THEN now() END
+         FROM generate_series(1, 20000) n",
+        "ANALYZE campaigns",
+    ];
+    let (_db, pool) = migrated("explain-benign", &seed).await;
+    let explain = format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        sendguard::campaigns::known::BENIGN
+    );
+    let plan: Value = sqlx::query_scalar(&explain)
+        .fetch_one(&pool)
+        .await
+        .expect("EXPLAIN the reload");
+    let read = rows_read(&plan[0]["Plan"], "campaigns");
+    assert!(
+        read <= 10.0,
+        "3 of 20,000 campaigns are benign, and the reload read {read} rows:\n{:#}",
+        plan[0]["Plan"]
+    );
+}
