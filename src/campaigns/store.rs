@@ -160,9 +160,8 @@ pub async fn sweep(
 }
 
 /// The sweep of campaign `$2`, whose subject is `$1` and its bucket `$3`, found as
-/// [`QUEUED_SENDERS`] finds them.
-/// An invite a moderator released goes back to the outbox without its subjects, so no sweep
-/// holds it again.
+/// [`QUEUED_SENDERS`] finds them. An invite a moderator released goes back to the outbox
+/// without buckets, so no sweep holds it again.
 pub const SWEEP: &str = "WITH waiting AS (
          SELECT o.invite_id FROM outbox o
          JOIN invites i ON i.id = o.invite_id AND i.created_at = o.created_at
