@@ -255,6 +255,16 @@ pub struct Config {
     )]
     pub webhook_retry_base_ms: u64,
 
+    /// Make the outbox's commits (claims, `sent` marks, retries) wait for their WAL flush as the
+    /// invites' own do. Off, a crash of Postgres (not of sendguard) can undo the last ~600 ms
+    /// of them, and those invites are sent again; nothing accepted is lost either way.
+    #[arg(
+        long,
+        env = "SENDGUARD_OUTBOX_FLUSHED_COMMITS",
+        default_value_t = false
+    )]
+    pub outbox_flushed_commits: bool,
+
     /// How long a worker may hold a claimed invite before another instance takes it over.
     #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60)]
     pub mail_lease_secs: u64,

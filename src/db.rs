@@ -80,6 +80,20 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
     Ok(pool)
 }
 
+/// Whether the commits of a connection wait until their WAL is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commits {
+    /// Answered once on disk: what an invite answered 200 needs.
+    Flushed,
+    /// Answered before the flush (`synchronous_commit = off`), which Postgres's WAL writer does
+    /// within three `wal_writer_delay`s (600 ms by default), many commits at once. A crash of
+    /// Postgres itself, not of sendguard, loses the last of them. For the outbox's
+    /// bookkeeping, where a lost commit only means an invite sent again: at 1,000 deliveries a
+    /// second its marks were half of the commits, and the invites' writer spent a tenth of its
+    /// time waiting for their flushes to finish before its own could start.
+    Unflushed,
+}
+
 /// Connections named `part` in `pg_stat_activity`, kept by the tasks that use them between
 /// uses ([`KeptConnections`]), whose statements are each planned once per connection (a
 /// generic plan) instead of on every run: for the invite path's batches and sender reads and
@@ -88,8 +102,20 @@ pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
 /// which tests/it/explain.rs holds them to). Planning the multi-row insert cost about as much
 /// as running it for a small batch, and planning the outbox's statements on every round was 7%
 /// of Postgres' time at saturation.
-pub async fn connect_kept(url: &str, part: &str, size: u32) -> Result<KeptConnections, DbError> {
-    let options = options(url, part)?.options([("plan_cache_mode", "force_generic_plan")]);
+pub async fn connect_kept(
+    url: &str,
+    part: &str,
+    size: u32,
+    commits: Commits,
+) -> Result<KeptConnections, DbError> {
+    let flush = match commits {
+        Commits::Flushed => "on",
+        Commits::Unflushed => "off",
+    };
+    let options = options(url, part)?.options([
+        ("plan_cache_mode", "force_generic_plan"),
+        ("synchronous_commit", flush),
+    ]);
     let pool = PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(Duration::from_secs(3))

@@ -18,7 +18,7 @@ use crate::campaigns::groups::Groups;
 use crate::campaigns::known::KnownTexts;
 use crate::changes;
 use crate::config::Config;
-use crate::db::{self, DbError};
+use crate::db::{self, Commits, DbError};
 use crate::http::{TrustedProxies, server};
 use crate::incident::Incident;
 use crate::invites::InviteService;
@@ -106,7 +106,13 @@ impl Services {
             .await
             .map_err(DbError::from)?;
         // The sender reader and one spare; the writers have connections of their own.
-        let batches = db::connect_kept(&cfg.database.database_url, "sendguard-batches", 2).await?;
+        let batches = db::connect_kept(
+            &cfg.database.database_url,
+            "sendguard-batches",
+            2,
+            Commits::Flushed,
+        )
+        .await?;
         let rules = RuleCache::load(&pool).await?;
         let apps = AppCache::load(&pool).await.map_err(DbError::from)?;
         let links = LinkKey::load(&pool, &cfg.keys).await?;
@@ -134,7 +140,17 @@ impl Services {
             confirm_repeat: confirm_repeat.clone(),
         };
         let outbox = Outbox::new(
-            db::connect_kept(&cfg.database.database_url, "sendguard-outbox", 4).await?,
+            db::connect_kept(
+                &cfg.database.database_url,
+                "sendguard-outbox",
+                4,
+                if cfg.outbox_flushed_commits {
+                    Commits::Flushed
+                } else {
+                    Commits::Unflushed
+                },
+            )
+            .await?,
             transport,
             metrics.clone(),
             outcomes.clone(),

@@ -17,7 +17,7 @@ use super::policy::Status;
 use super::store::insert::{Claim, Row, WrittenRow, insert_batch, outcome};
 use super::store::{Assumed, NewInvite, Written};
 use crate::coalesce::{BatchError, Batcher};
-use crate::db::{self, DbError};
+use crate::db::{self, Commits, DbError};
 use crate::mail::{Handoff, Outgoing, Slot};
 use crate::metrics::Metrics;
 use crate::moderation::SenderState;
@@ -73,14 +73,20 @@ impl Writer {
                     }
                 };
                 runtime.block_on(async move {
-                    let connections =
-                        match db::connect_kept(&url, "sendguard-batches", writers as u32).await {
-                            Ok(connections) => connections,
-                            Err(e) => {
-                                let _ = started.send(Err(e));
-                                return;
-                            }
-                        };
+                    let connections = match db::connect_kept(
+                        &url,
+                        "sendguard-batches",
+                        writers as u32,
+                        Commits::Flushed,
+                    )
+                    .await
+                    {
+                        Ok(connections) => connections,
+                        Err(e) => {
+                            let _ = started.send(Err(e));
+                            return;
+                        }
+                    };
                     let (batcher, serve) = Batcher::new(MAX_BATCH, writers, move |batch| {
                         let (connections, outbox, metrics) =
                             (connections.clone(), outbox.clone(), metrics.clone());

@@ -555,3 +555,30 @@ async fn the_service_and_the_database_agree_on_a_subjects_bucket() {
         );
     }
 }
+
+/// The outbox's connections commit without waiting for the WAL flush (a lost commit there only
+/// sends an invite again), and the invites' writer's wait for it: an answered invite is on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_outbox_commits_without_waiting_for_the_disk() {
+    use sendguard::db::{Commits, connect_kept};
+    let db = crate::support::app::TestDb::create("outbox_commits").await;
+    for (commits, flush) in [(Commits::Flushed, "on"), (Commits::Unflushed, "off")] {
+        let connections = connect_kept(&db.url, "sendguard-test", 1, commits)
+            .await
+            .expect("connect");
+        let shown: String = connections
+            .run(async |conn| {
+                sqlx::query_scalar("SHOW synchronous_commit")
+                    .fetch_one(conn)
+                    .await
+            })
+            .await
+            .expect("show");
+        assert_eq!(shown, flush, "{commits:?}");
+    }
+    let cfg = config(&db, None);
+    assert!(
+        !cfg.outbox_flushed_commits,
+        "the outbox's commits skip the flush unless configured"
+    );
+}
