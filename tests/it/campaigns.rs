@@ -541,3 +541,89 @@ async fn a_benign_mark_releases_everything_and_stops_the_counting() {
         .expect("flags");
     assert_eq!(open, 0, "nothing left to review");
 }
+
+/// A signature of the minima `values` gives, built as the service reads one back.
+fn signature(values: impl Fn(usize) -> u32) -> sendguard::campaigns::fingerprint::Signature {
+    use sendguard::campaigns::fingerprint::{Signature, VALUES, VERSION};
+    let mut bytes = vec![VERSION];
+    for n in 0..VALUES {
+        bytes.extend_from_slice(&values(n).to_le_bytes());
+    }
+    Signature::from_bytes(&bytes).expect("a signature")
+}
+
+/// The groups in Redis: a near-duplicate joins the group of the text it matches; a text that
+/// shares a band with a group but not its signature starts its own and takes no band from it;
+/// and a group of the last generation is found and carried into this one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not() {
+    use sendguard::campaigns::fingerprint::ROWS;
+    use sendguard::campaigns::groups::Groups;
+    use sendguard::limiter::Limiter;
+    let limiter = Limiter::Redis(crate::support::redis_store().await);
+    let groups = Groups::new(&limiter, &crate::support::unique_prefix("groups"));
+    let day = 86_400;
+    let text = |n: usize| n as u32 * 7 + 1;
+    let first = groups.group_of(&signature(text), day).await.expect("group");
+    // One value changed in every band: no band in common with the first, 48 of 64 agree.
+    let one_per_band = |n: usize| {
+        if n.is_multiple_of(ROWS) {
+            9_000_000 + n as u32
+        } else {
+            text(n)
+        }
+    };
+    // The first band alone in common, every other value different.
+    let first_band_only = |n: usize| {
+        if n < ROWS {
+            text(n)
+        } else {
+            5_000_000 + n as u32
+        }
+    };
+    // The first band in common and one value changed in every other: it matches the first
+    // text only through the first band.
+    let through_first_band = |n: usize| {
+        if n >= ROWS && n % ROWS == 1 {
+            7_000_000 + n as u32
+        } else {
+            text(n)
+        }
+    };
+    let other = groups
+        .group_of(&signature(first_band_only), day)
+        .await
+        .expect("group");
+    assert_ne!(
+        other, first,
+        "a shared band without the signature is no match"
+    );
+    let near = groups
+        .group_of(&signature(through_first_band), day)
+        .await
+        .expect("group");
+    assert_eq!(near, first, "the first band still names the first group");
+    let apart = groups
+        .group_of(&signature(one_per_band), day)
+        .await
+        .expect("group");
+    assert_ne!(apart, first, "no band in common, no candidate");
+
+    // Generations of one second: the next text comes in the next generation.
+    let old = groups
+        .group_of(&signature(|n| n as u32 * 11 + 3), 1)
+        .await
+        .expect("group");
+    let generation = sendguard::limiter::now_ms() / 1000;
+    while sendguard::limiter::now_ms() / 1000 == generation {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let carried = groups
+        .group_of(
+            &signature(|n| if n == 0 { 1 } else { n as u32 * 11 + 3 }),
+            1,
+        )
+        .await
+        .expect("group");
+    assert_eq!(carried, old, "the last generation's group is found");
+}
