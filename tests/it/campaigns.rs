@@ -609,15 +609,21 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
         .expect("group");
     assert_ne!(apart, first, "no band in common, no candidate");
 
-    // Generations of one second: the next text comes in the next generation.
+    // Generations of one second: the first text comes early in one, the next in the one after
+    // (waiting for a fresh second first, so that the first call cannot straddle a boundary).
+    let second = || sendguard::limiter::now_ms() / 1000;
+    let next_second = async |after: u64| {
+        while second() == after {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    next_second(second()).await;
+    let generation = second();
     let old = groups
         .group_of(&signature(|n| n as u32 * 11 + 3), 1)
         .await
         .expect("group");
-    let generation = sendguard::limiter::now_ms() / 1000;
-    while sendguard::limiter::now_ms() / 1000 == generation {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    next_second(generation).await;
     let carried = groups
         .group_of(
             &signature(|n| if n == 0 { 1 } else { n as u32 * 11 + 3 }),

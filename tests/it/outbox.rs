@@ -556,10 +556,12 @@ async fn the_service_and_the_database_agree_on_a_subjects_bucket() {
     }
 }
 
-/// The outbox's connections commit without waiting for the WAL flush (a lost commit there only
-/// sends an invite again), and the invites' writer's wait for it: an answered invite is on disk.
+/// Kept connections commit as asked, and the outbox's skip the WAL flush unless configured (a
+/// lost commit there only sends an invite again). Which part asks for which is wired in
+/// `startup.rs` and `invites/writer.rs` (the writer's `Commits::Flushed`); Postgres shows no
+/// other session's settings, so this test reads them on connections of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_outbox_commits_without_waiting_for_the_disk() {
+async fn kept_connections_commit_as_asked_and_the_outbox_skips_the_flush_by_default() {
     use sendguard::db::{Commits, connect_kept};
     let db = crate::support::app::TestDb::create("outbox_commits").await;
     for (commits, flush) in [(Commits::Flushed, "on"), (Commits::Unflushed, "off")] {
