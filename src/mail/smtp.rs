@@ -1,7 +1,10 @@
 //! The connections to the SMTP server: a pool of lettre's connections over sockets of our own
 //! that send each write at once (`TCP_NODELAY`). lettre writes a message and its closing `.` in
 //! two writes; with Nagle's algorithm the `.` waited for the server's delayed acknowledgement,
-//! about 40 ms a send however fast the server (docs/PERFORMANCE.md).
+//! about 40 ms a send however fast the server (docs/PERFORMANCE.md). Where the server offers
+//! PIPELINING (RFC 2920), a send writes `MAIL`, `RCPT` and `DATA` at once and reads their
+//! replies together: two round trips a message instead of four, each one a wake-up of the
+//! service and of the server.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,7 +17,8 @@ use lettre::Message;
 use lettre::address::Envelope;
 use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters};
-use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -122,7 +126,7 @@ impl Server {
     }
 
     /// A session ready to send: connected, encrypted as the URL says, greeted, authenticated.
-    async fn open(&self) -> Result<AsyncSmtpConnection, MailError> {
+    async fn open(&self) -> Result<Session, MailError> {
         let tcp = self.tcp().await?;
         let stream: Box<dyn AsyncTokioStream> = match &self.security {
             Security::Implicit(connector, name) => {
@@ -141,11 +145,28 @@ impl Server {
             }
             _ => {}
         }
+        // lettre keeps only the extensions it uses from its EHLO, so the session asks once
+        // more (a repeated EHLO only resets the transaction), before AUTH as the first was.
+        let offered = session.command(Ehlo::new(self.hello.clone())).await?;
+        let pipelining = offered.message().any(|line| {
+            line.split_whitespace()
+                .next()
+                .is_some_and(|word| word.eq_ignore_ascii_case("PIPELINING"))
+        });
         if let Some(credentials) = &self.credentials {
             session.auth(DEFAULT_MECHANISMS, credentials).await?;
         }
-        Ok(session)
+        Ok(Session {
+            conn: session,
+            pipelining,
+        })
     }
+}
+
+/// A session with the server, and whether the server takes commands in groups.
+struct Session {
+    conn: AsyncSmtpConnection,
+    pipelining: bool,
 }
 
 /// The TLS of `smtps://` as lettre's own: ring, TLS 1.2 and 1.3, the webpki roots.
@@ -204,7 +225,7 @@ pub struct Pool {
     server: Server,
     turns: Arc<Semaphore>,
     /// The most recently used last: it is taken first, and the others can age out.
-    idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
+    idle: Mutex<Vec<(Session, Instant)>>,
     connections: usize,
 }
 
@@ -246,7 +267,7 @@ impl Pool {
         Ok(())
     }
 
-    async fn open(&self) -> Result<AsyncSmtpConnection, MailError> {
+    async fn open(&self) -> Result<Session, MailError> {
         tokio::time::timeout(TIMEOUT, self.server.open())
             .await
             .unwrap_or_else(|_| {
@@ -260,11 +281,11 @@ impl Pool {
     }
 
     /// A kept session, checked with a NOOP when it has been idle for a while.
-    async fn idle_session(&self) -> Option<AsyncSmtpConnection> {
+    async fn idle_session(&self) -> Option<Session> {
         // Bounded by the sessions kept.
         while let Some((mut session, since)) = self.take_idle() {
             if since.elapsed() < IDLE_CHECK
-                || tokio::time::timeout(TIMEOUT, session.test_connected())
+                || tokio::time::timeout(TIMEOUT, session.conn.test_connected())
                     .await
                     .unwrap_or(false)
             {
@@ -274,7 +295,7 @@ impl Pool {
         None
     }
 
-    fn take_idle(&self) -> Option<(AsyncSmtpConnection, Instant)> {
+    fn take_idle(&self) -> Option<(Session, Instant)> {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -282,9 +303,9 @@ impl Pool {
     }
 
     /// Keeps a session that sent for the next send.
-    fn park(&self, session: AsyncSmtpConnection) {
+    fn park(&self, session: Session) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if !session.has_broken() && idle.len() < self.connections {
+        if !session.conn.has_broken() && idle.len() < self.connections {
             idle.push((session, Instant::now()));
         }
     }
@@ -292,17 +313,73 @@ impl Pool {
 
 /// Sends on a session, within [`TIMEOUT`]; a session that failed is left to be dropped.
 async fn deliver(
-    session: &mut AsyncSmtpConnection,
+    session: &mut Session,
     envelope: &Envelope,
     email: &[u8],
 ) -> Result<(), MailError> {
-    match tokio::time::timeout(TIMEOUT, session.send(envelope, email)).await {
-        Ok(sent) => sent.map(drop).map_err(MailError::Smtp),
+    let sent = async {
+        match mail_parameters(&session.conn, envelope, email) {
+            Some(parameters) if session.pipelining => {
+                pipelined(&mut session.conn, envelope, parameters, email).await
+            }
+            // One command at a time, or lettre's own refusal of what the server cannot take.
+            _ => session.conn.send(envelope, email).await.map(drop),
+        }
+    };
+    match tokio::time::timeout(TIMEOUT, sent).await {
+        Ok(sent) => sent.map_err(MailError::Smtp),
         Err(_) => Err(MailError::Unreachable(format!(
             "no answer to a send within {} s",
             TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// The parameters of `MAIL` as lettre's own send gives them (SMTPUTF8 for addresses beyond
+/// ASCII, 8BITMIME for a body beyond it), or none when the server lacks what the message needs.
+fn mail_parameters(
+    conn: &AsyncSmtpConnection,
+    envelope: &Envelope,
+    email: &[u8],
+) -> Option<Vec<MailParameter>> {
+    let info = conn.server_info();
+    let mut parameters = Vec::new();
+    let addresses = envelope.from().into_iter().chain(envelope.to());
+    if addresses.map(AsRef::<str>::as_ref).any(|a| !a.is_ascii()) {
+        if !info.supports_feature(Extension::SmtpUtfEight) {
+            return None;
+        }
+        parameters.push(MailParameter::SmtpUtfEight);
+    }
+    if !email.is_ascii() {
+        if !info.supports_feature(Extension::EightBitMime) {
+            return None;
+        }
+        parameters.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+    }
+    Some(parameters)
+}
+
+/// `MAIL`, every `RCPT` and `DATA` in one write, their replies read in order, then the message.
+/// The first refusal is the send's error: the session is dropped then (closing it before the
+/// message's `.` leaves nothing sent), so replies still unread never reach another send.
+async fn pipelined(
+    conn: &mut AsyncSmtpConnection,
+    envelope: &Envelope,
+    parameters: Vec<MailParameter>,
+    email: &[u8],
+) -> Result<(), lettre::transport::smtp::Error> {
+    let mut commands = Mail::new(envelope.from().cloned(), parameters).to_string();
+    for to in envelope.to() {
+        commands.push_str(&Rcpt::new(to.clone(), Vec::new()).to_string());
+    }
+    commands.push_str(&Data.to_string());
+    // `command` writes the group and reads the first reply (MAIL's); one more per RCPT and DATA.
+    conn.command(commands).await?;
+    for _ in 0..=envelope.to().len() {
+        conn.read_response().await?;
+    }
+    conn.message(email).await.map(drop)
 }
 
 #[cfg(test)]

@@ -476,6 +476,53 @@ async fn only_invites_the_server_dropped_are_retried_when_a_send_succeeds() {
     app.shutdown().await;
 }
 
+/// Where the server offers PIPELINING, a send writes `MAIL`, `RCPT` and `DATA` at once (two
+/// round trips a message instead of four), and a refused recipient fails its own send only:
+/// the sends after it, on a new session, go out. Where it does not, each command waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_pipeline_their_commands_where_the_server_offers_it() {
+    let (db, pool) = migrated("pipelining", &[]).await;
+    let key = api_key(&pool).await;
+    let key_id = key_id(&pool).await;
+    let recipients = [
+        "first@example.com",
+        "refused@example.com",
+        "last@example.com",
+    ];
+    queue(&pool, key_id, &recipients).await;
+    let sink = SmtpSink::start_refusing(0, &["refused@example.com"]).await;
+    let mut cfg = config(&db, Some(sink.url()));
+    cfg.mail_max_attempts = 1;
+    let app = sendguard::start(&cfg).await.expect("start");
+    for (to, status) in recipients.into_iter().zip(["sent", "failed", "sent"]) {
+        assert!(becomes(&pool, to, status, 10).await, "{to} is not {status}");
+    }
+    let mut received: Vec<Vec<String>> = sink.messages().into_iter().map(|m| m.to).collect();
+    received.sort();
+    assert_eq!(
+        received,
+        [["first@example.com"], ["last@example.com"]].map(|to| to.map(String::from).to_vec()),
+        "not what was sent"
+    );
+    assert_eq!(sink.pipelined_mails(), 3, "a send waited for each reply");
+    app.shutdown().await;
+
+    queue(&pool, key_id, &["plain@example.com"]).await;
+    let plain = SmtpSink::start_without_pipelining().await;
+    let app = sendguard::start(&config(&db, Some(plain.url())))
+        .await
+        .expect("start");
+    assert!(becomes(&pool, "plain@example.com", "sent", 10).await);
+    assert_eq!(plain.messages().len(), 1);
+    assert_eq!(
+        plain.pipelined_mails(),
+        0,
+        "pipelined to a server that did not offer it"
+    );
+    app.shutdown().await;
+    drop(key);
+}
+
 /// Waits up to `secs` seconds for the invite to `recipient` to reach `status`.
 async fn becomes(pool: &sqlx::PgPool, recipient: &str, status: &str, secs: u64) -> bool {
     wait_for(Duration::from_secs(secs), || async {

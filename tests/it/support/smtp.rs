@@ -2,7 +2,7 @@
 //! crosses a socket and the protocol, as it would to a mail server.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -145,6 +145,23 @@ impl SmtpSink {
         .await
     }
 
+    /// A server that does not offer PIPELINING: every command waits for its reply.
+    pub async fn start_without_pipelining() -> SmtpSink {
+        Self::serve(
+            0,
+            Behaviour {
+                pipelining: false,
+                ..Behaviour::refusing(&[])
+            },
+        )
+        .await
+    }
+
+    /// The `MAIL` commands that came with the commands after them already sent (pipelined).
+    pub fn pipelined_mails(&self) -> usize {
+        self.behaviour.pipelined.load(Ordering::Relaxed)
+    }
+
     /// The relay is set up: the sending address is accepted from now on.
     pub fn accept_the_sender(&self) {
         self.behaviour.refuse_sender.store(false, Ordering::Relaxed);
@@ -226,6 +243,10 @@ struct Behaviour {
     refuse_sender: AtomicBool,
     /// Each message is answered this long after it is kept.
     delay: Duration,
+    /// PIPELINING is offered (as Postfix offers it).
+    pipelining: bool,
+    /// See [`SmtpSink::pipelined_mails`].
+    pipelined: AtomicUsize,
 }
 
 impl Behaviour {
@@ -237,6 +258,8 @@ impl Behaviour {
             gate: None,
             refuse_sender: AtomicBool::new(false),
             delay: Duration::ZERO,
+            pipelining: true,
+            pipelined: AtomicUsize::new(0),
         }
     }
 }
@@ -261,15 +284,21 @@ async fn session(
     while let Some(line) = lines.next_line().await? {
         let upper = line.to_ascii_uppercase();
         if upper.starts_with("EHLO") {
-            write
-                .write_all(b"250-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n")
-                .await?;
+            let offer: &[u8] = if behaviour.pipelining {
+                b"250-sink\r\n250-PIPELINING\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n"
+            } else {
+                b"250-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n"
+            };
+            write.write_all(offer).await?;
         } else if upper.starts_with("HELO") || upper.starts_with("NOOP") {
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("RSET") {
             to.clear();
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("MAIL FROM:") {
+            if !lines.get_ref().buffer().is_empty() {
+                behaviour.pipelined.fetch_add(1, Ordering::Relaxed);
+            }
             if behaviour.refuse_sender.load(Ordering::Relaxed) {
                 write
                     .write_all(b"550 5.7.1 sender address not authorized\r\n")
@@ -291,10 +320,18 @@ async fn session(
                 to.push(rcpt);
                 write.write_all(b"250 ok\r\n").await?;
             }
+        } else if upper.starts_with("DATA") && to.is_empty() {
+            // As RFC 2920 asks of a server: a client that pipelined DATA after refused
+            // recipients must not have its next lines taken as a message.
+            write.write_all(b"554 no valid recipients\r\n").await?;
         } else if upper.starts_with("DATA") {
             write.write_all(b"354 go ahead\r\n").await?;
             let mut data = String::new();
-            while let Some(l) = lines.next_line().await? {
+            // A message cut off before its `.` is not taken.
+            loop {
+                let Some(l) = lines.next_line().await? else {
+                    return Ok(());
+                };
                 if l == "." {
                     break;
                 }
