@@ -505,6 +505,17 @@ async fn sends_pipeline_their_commands_where_the_server_offers_it() {
         "not what was sent"
     );
     assert_eq!(sink.pipelined_mails(), 3, "a send waited for each reply");
+    // The refusal recorded is the recipient's, not a reply to a command after it.
+    let error: Option<String> =
+        sqlx::query_scalar("SELECT last_error FROM invites WHERE recipient = $1")
+            .bind("refused@example.com")
+            .fetch_one(&pool)
+            .await
+            .expect("refused invite");
+    assert!(
+        error.as_deref().is_some_and(|e| e.contains("no such user")),
+        "{error:?}"
+    );
     app.shutdown().await;
 
     queue(&pool, key_id, &["plain@example.com"]).await;

@@ -157,7 +157,8 @@ impl SmtpSink {
         .await
     }
 
-    /// The `MAIL` commands that came with the commands after them already sent (pipelined).
+    /// The `MAIL` commands that came with the rest of their group, up to `DATA`, already sent
+    /// (pipelined).
     pub fn pipelined_mails(&self) -> usize {
         self.behaviour.pipelined.load(Ordering::Relaxed)
     }
@@ -280,6 +281,8 @@ async fn session(
     let mut lines = BufReader::new(read).lines();
     write.write_all(b"220 sink ESMTP\r\n").await?;
     let mut to = Vec::new();
+    // A transaction is open: `MAIL` was accepted, and no `RSET` or `EHLO` has ended it since.
+    let mut mail = false;
     // Bounded by the client closing the connection.
     while let Some(line) = lines.next_line().await? {
         let upper = line.to_ascii_uppercase();
@@ -289,23 +292,32 @@ async fn session(
             } else {
                 b"250-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n"
             };
+            (mail, to) = (false, Vec::new());
             write.write_all(offer).await?;
         } else if upper.starts_with("HELO") || upper.starts_with("NOOP") {
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("RSET") {
-            to.clear();
+            (mail, to) = (false, Vec::new());
             write.write_all(b"250 ok\r\n").await?;
         } else if upper.starts_with("MAIL FROM:") {
-            if !lines.get_ref().buffer().is_empty() {
+            let buffered = lines.get_ref().buffer();
+            if buffered
+                .windows(6)
+                .any(|w| w.eq_ignore_ascii_case(b"DATA\r\n"))
+            {
                 behaviour.pipelined.fetch_add(1, Ordering::Relaxed);
             }
-            if behaviour.refuse_sender.load(Ordering::Relaxed) {
+            to.clear();
+            mail = !behaviour.refuse_sender.load(Ordering::Relaxed);
+            if !mail {
                 write
                     .write_all(b"550 5.7.1 sender address not authorized\r\n")
                     .await?;
             } else {
                 write.write_all(b"250 ok\r\n").await?;
             }
+        } else if (upper.starts_with("RCPT TO:") || upper.starts_with("DATA")) && !mail {
+            write.write_all(b"503 5.5.1 need MAIL first\r\n").await?;
         } else if upper.starts_with("RCPT TO:") {
             let rcpt = line[8..].trim().trim_matches(['<', '>']).to_owned();
             if behaviour.refused.contains(&rcpt) {
