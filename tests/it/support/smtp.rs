@@ -354,6 +354,8 @@ async fn session(
                 );
                 data.push_str("\r\n");
             }
+            // The message ends the transaction: the next one starts with its own MAIL.
+            mail = false;
             store.lock().expect("sink lock").push(Received {
                 to: std::mem::take(&mut to),
                 data,
