@@ -4,7 +4,7 @@
 //! about 40 ms a send however fast the server (docs/PERFORMANCE.md). Where the server offers
 //! PIPELINING (RFC 2920), a send writes `MAIL`, `RCPT` and `DATA` at once and reads their
 //! replies together: two round trips a message instead of four, each one a wake-up of the
-//! service and of the server.
+//! service and of the server. A refusal ends its transaction with `RSET` and keeps the session.
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,7 +17,7 @@ use lettre::Message;
 use lettre::address::Envelope;
 use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters};
-use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt};
+use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -159,6 +159,7 @@ impl Server {
         Ok(Session {
             conn: session,
             pipelining,
+            broken: false,
         })
     }
 }
@@ -167,6 +168,8 @@ impl Server {
 struct Session {
     conn: AsyncSmtpConnection,
     pipelining: bool,
+    /// Not to be used again: it failed other than by a reply, or was left within a message.
+    broken: bool,
 }
 
 /// The TLS of `smtps://` as lettre's own: ring, TLS 1.2 and 1.3, the webpki roots.
@@ -250,21 +253,20 @@ impl Pool {
         let (envelope, email) = (message.envelope(), message.formatted());
         if let Some(mut session) = self.idle_session().await {
             match deliver(&mut session, envelope, &email).await {
-                Ok(()) => {
-                    self.park(session);
-                    return Ok(());
-                }
                 // A kept session the server closed while it was idle (a restart, its own idle
                 // timeout) breaks before any reply: the message goes once more on a new
                 // session, as without a reply to its `.` it was not taken.
                 Err(e @ MailError::Smtp(_)) if e.is_unreachable() => {}
-                Err(e) => return Err(e),
+                sent => {
+                    self.park(session);
+                    return sent;
+                }
             }
         }
         let mut session = self.open().await?;
-        deliver(&mut session, envelope, &email).await?;
+        let sent = deliver(&mut session, envelope, &email).await;
         self.park(session);
-        Ok(())
+        sent
     }
 
     async fn open(&self) -> Result<Session, MailError> {
@@ -302,36 +304,45 @@ impl Pool {
             .pop()
     }
 
-    /// Keeps a session that sent for the next send.
+    /// Keeps a session for the next send, unless it broke.
     fn park(&self, session: Session) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if !session.conn.has_broken() && idle.len() < self.connections {
+        if !session.broken && !session.conn.has_broken() && idle.len() < self.connections {
             idle.push((session, Instant::now()));
         }
     }
 }
 
-/// Sends on a session, within [`TIMEOUT`]; a session that failed is left to be dropped.
+/// Sends on a session, within [`TIMEOUT`]. A refusal is a reply from a working server: the
+/// refused transaction is ended with `RSET` and the session carries the next send, where a new
+/// one would cost a relay's TLS handshake and login, and count against its limit on
+/// connections. A session that failed otherwise is marked broken, and [`Pool::park`] drops it.
 async fn deliver(
     session: &mut Session,
     envelope: &Envelope,
     email: &[u8],
 ) -> Result<(), MailError> {
     let sent = async {
-        match mail_parameters(&session.conn, envelope, email) {
-            Some(parameters) if session.pipelining => {
-                pipelined(&mut session.conn, envelope, parameters, email).await
-            }
-            // One command at a time, or lettre's own refusal of what the server cannot take.
-            _ => session.conn.send(envelope, email).await.map(drop),
+        let Some(parameters) = mail_parameters(&session.conn, envelope, email) else {
+            // lettre's own send refuses what the server cannot take, with its reason, and
+            // closes the session.
+            return session.conn.send(envelope, email).await.map(drop);
+        };
+        if session.pipelining {
+            pipelined(session, envelope, parameters, email).await
+        } else {
+            one_by_one(session, envelope, parameters, email).await
         }
     };
     match tokio::time::timeout(TIMEOUT, sent).await {
         Ok(sent) => sent.map_err(MailError::Smtp),
-        Err(_) => Err(MailError::Unreachable(format!(
-            "no answer to a send within {} s",
-            TIMEOUT.as_secs()
-        ))),
+        Err(_) => {
+            session.broken = true;
+            Err(MailError::Unreachable(format!(
+                "no answer to a send within {} s",
+                TIMEOUT.as_secs()
+            )))
+        }
     }
 }
 
@@ -361,10 +372,12 @@ fn mail_parameters(
 }
 
 /// `MAIL`, every `RCPT` and `DATA` in one write, their replies read in order, then the message.
-/// The first refusal is the send's error: the session is dropped then (closing it before the
-/// message's `.` leaves nothing sent), so replies still unread never reach another send.
+/// The first refusal is the send's error. Every reply is read before the transaction is reset,
+/// so that none is left for the next send; a server that took `DATA` after a refusal (RFC 2920
+/// asks it not to) has the session left within a message, so it is closed rather than reset: a
+/// closing `.` would send an empty message.
 async fn pipelined(
-    conn: &mut AsyncSmtpConnection,
+    session: &mut Session,
     envelope: &Envelope,
     parameters: Vec<MailParameter>,
     email: &[u8],
@@ -374,12 +387,81 @@ async fn pipelined(
         commands.push_str(&Rcpt::new(to.clone(), Vec::new()).to_string());
     }
     commands.push_str(&Data.to_string());
-    // `command` writes the group and reads the first reply (MAIL's); one more per RCPT and DATA.
-    conn.command(commands).await?;
-    for _ in 0..=envelope.to().len() {
-        conn.read_response().await?;
+    let expected = envelope.to().len() + 2;
+    // `command` writes the group and reads the first reply (MAIL's); one more per RCPT and
+    // DATA, until one is not a reply (the session is gone then).
+    let mut replies = Vec::with_capacity(expected);
+    replies.push(session.conn.command(commands).await.map(drop));
+    while replies.len() < expected && replies.last().is_some_and(is_reply) {
+        replies.push(session.conn.read_response().await.map(drop));
     }
-    conn.message(email).await.map(drop)
+    let within_message = replies.len() == expected && replies.last().is_some_and(Result::is_ok);
+    let gone = replies.last().is_some_and(|r| !is_reply(r));
+    match replies.into_iter().find_map(Result::err) {
+        None => message(session, email).await,
+        Some(refusal) => {
+            if gone || within_message {
+                session.broken = true;
+            } else {
+                reset(session).await;
+            }
+            Err(refusal)
+        }
+    }
+}
+
+/// `MAIL`, every `RCPT` and `DATA`, each after the reply to the one before, then the message.
+async fn one_by_one(
+    session: &mut Session,
+    envelope: &Envelope,
+    parameters: Vec<MailParameter>,
+    email: &[u8],
+) -> Result<(), lettre::transport::smtp::Error> {
+    let conn = &mut session.conn;
+    let opened = async {
+        conn.command(Mail::new(envelope.from().cloned(), parameters))
+            .await?;
+        for to in envelope.to() {
+            conn.command(Rcpt::new(to.clone(), Vec::new())).await?;
+        }
+        conn.command(Data).await
+    }
+    .await;
+    match opened {
+        Ok(_) => message(session, email).await,
+        Err(refusal) if refusal.status().is_some() => {
+            reset(session).await;
+            Err(refusal)
+        }
+        Err(e) => {
+            session.broken = true;
+            Err(e)
+        }
+    }
+}
+
+/// The message and its closing `.`: a refusal of it ends its transaction, as its acceptance does.
+async fn message(
+    session: &mut Session,
+    email: &[u8],
+) -> Result<(), lettre::transport::smtp::Error> {
+    let sent = session.conn.message(email).await.map(drop);
+    if !is_reply(&sent) {
+        session.broken = true;
+    }
+    sent
+}
+
+/// Ends a refused transaction, so that the session can carry the next send.
+async fn reset(session: &mut Session) {
+    if session.conn.command(Rset).await.is_err() {
+        session.broken = true;
+    }
+}
+
+/// An answer from the server, positive or not, rather than a broken session.
+fn is_reply(reply: &Result<(), lettre::transport::smtp::Error>) -> bool {
+    reply.as_ref().err().is_none_or(|e| e.status().is_some())
 }
 
 #[cfg(test)]

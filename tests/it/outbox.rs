@@ -477,8 +477,10 @@ async fn only_invites_the_server_dropped_are_retried_when_a_send_succeeds() {
 }
 
 /// Where the server offers PIPELINING, a send writes `MAIL`, `RCPT` and `DATA` at once (two
-/// round trips a message instead of four), and a refused recipient fails its own send only:
-/// the sends after it, on a new session, go out. Where it does not, each command waits.
+/// round trips a message instead of four). Where it does not, each command waits. Either way a
+/// refused recipient fails its own send only, and its session, reset, carries the next send:
+/// a refusal is an answer from a working server, and a new session with a relay costs a TLS
+/// handshake and a login, and counts against its limit on connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_pipeline_their_commands_where_the_server_offers_it() {
     let (db, pool) = migrated("pipelining", &[]).await;
@@ -493,6 +495,7 @@ async fn sends_pipeline_their_commands_where_the_server_offers_it() {
     let sink = SmtpSink::start_refusing(0, &["refused@example.com"]).await;
     let mut cfg = config(&db, Some(sink.url()));
     cfg.mail_max_attempts = 1;
+    cfg.smtp_connections = 1;
     let app = sendguard::start(&cfg).await.expect("start");
     for (to, status) in recipients.into_iter().zip(["sent", "failed", "sent"]) {
         assert!(becomes(&pool, to, status, 10).await, "{to} is not {status}");
@@ -505,33 +508,46 @@ async fn sends_pipeline_their_commands_where_the_server_offers_it() {
         "not what was sent"
     );
     assert_eq!(sink.pipelined_mails(), 3, "a send waited for each reply");
-    // The refusal recorded is the recipient's, not a reply to a command after it.
-    let error: Option<String> =
-        sqlx::query_scalar("SELECT last_error FROM invites WHERE recipient = $1")
-            .bind("refused@example.com")
-            .fetch_one(&pool)
-            .await
-            .expect("refused invite");
-    assert!(
-        error.as_deref().is_some_and(|e| e.contains("no such user")),
-        "{error:?}"
-    );
+    assert_refused_for_no_such_user(&pool, "refused@example.com").await;
+    // The refused recipient's session was reset and carried the next send.
+    assert_eq!(sink.sessions_opened(), 1, "a refusal closed its session");
     app.shutdown().await;
 
-    queue(&pool, key_id, &["plain@example.com"]).await;
-    let plain = SmtpSink::start_without_pipelining().await;
-    let app = sendguard::start(&config(&db, Some(plain.url())))
-        .await
-        .expect("start");
-    assert!(becomes(&pool, "plain@example.com", "sent", 10).await);
+    let recipients = ["plain@example.com", "plain-refused@example.com"];
+    queue(&pool, key_id, &recipients).await;
+    let plain = SmtpSink::start_without_pipelining(&["plain-refused@example.com"]).await;
+    let mut cfg = config(&db, Some(plain.url()));
+    cfg.mail_max_attempts = 1;
+    cfg.smtp_connections = 1;
+    let app = sendguard::start(&cfg).await.expect("start");
+    for (to, status) in recipients.into_iter().zip(["sent", "failed"]) {
+        assert!(becomes(&pool, to, status, 10).await, "{to} is not {status}");
+    }
     assert_eq!(plain.messages().len(), 1);
     assert_eq!(
         plain.pipelined_mails(),
         0,
         "pipelined to a server that did not offer it"
     );
+    assert_refused_for_no_such_user(&pool, "plain-refused@example.com").await;
+    assert_eq!(plain.sessions_opened(), 1, "a refusal closed its session");
     app.shutdown().await;
     drop(key);
+}
+
+/// The refusal recorded for the invite to `recipient` is the recipient's, not a reply to a
+/// command after it.
+async fn assert_refused_for_no_such_user(pool: &sqlx::PgPool, recipient: &str) {
+    let error: Option<String> =
+        sqlx::query_scalar("SELECT last_error FROM invites WHERE recipient = $1")
+            .bind(recipient)
+            .fetch_one(pool)
+            .await
+            .expect("refused invite");
+    assert!(
+        error.as_deref().is_some_and(|e| e.contains("no such user")),
+        "{error:?}"
+    );
 }
 
 /// Waits up to `secs` seconds for the invite to `recipient` to reach `status`.

@@ -145,13 +145,14 @@ impl SmtpSink {
         .await
     }
 
-    /// A server that does not offer PIPELINING: every command waits for its reply.
-    pub async fn start_without_pipelining() -> SmtpSink {
+    /// A server that does not offer PIPELINING (every command waits for its reply), and
+    /// refuses these recipients for good.
+    pub async fn start_without_pipelining(refused: &[&str]) -> SmtpSink {
         Self::serve(
             0,
             Behaviour {
                 pipelining: false,
-                ..Behaviour::refusing(&[])
+                ..Behaviour::refusing(refused)
             },
         )
         .await
