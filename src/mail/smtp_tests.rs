@@ -84,3 +84,67 @@ async fn a_server_that_is_not_there_is_unreachable() {
     let e = pool.send(&message).await.expect_err("sent to nobody");
     assert!(e.is_unreachable() && !e.is_permanent(), "{e}");
 }
+
+/// A server that takes `DATA` after refusing the only recipient, against RFC 2920: the send
+/// fails on the refusal, and the session, left within a message, is closed rather than reset,
+/// since a closing `.` would send an empty message. The next send opens a session of its own.
+#[tokio::test]
+async fn a_session_left_within_a_message_is_closed_not_reset() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let addr = listener.local_addr().expect("address");
+    // What each session received after its `354`.
+    let after_data = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let seen = after_data.clone();
+    let server = tokio::spawn(async move {
+        // Two sessions at most: the test sends twice.
+        for _ in 0..2 {
+            let (stream, _) = listener.accept().await.expect("accept");
+            let (read, mut write) = stream.into_split();
+            let mut lines = BufReader::new(read).lines();
+            write.write_all(b"220 odd ESMTP\r\n").await.expect("greet");
+            let mut data: Option<Vec<String>> = None;
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(data) = data.as_mut() {
+                    data.push(line);
+                    continue;
+                }
+                let reply: &[u8] = match line.get(..4).map(str::to_ascii_uppercase).as_deref() {
+                    Some("EHLO") => b"250-odd\r\n250 PIPELINING\r\n",
+                    Some("RCPT") => b"550 no such user\r\n",
+                    Some("DATA") => {
+                        data = Some(Vec::new());
+                        b"354 go ahead anyway\r\n"
+                    }
+                    _ => b"250 ok\r\n",
+                };
+                write.write_all(reply).await.expect("reply");
+            }
+            seen.lock().expect("lock").push(data.unwrap_or_default());
+        }
+    });
+    let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+    let message = Message::builder()
+        .from("a@example.com".parse().expect("from"))
+        .to("b@example.com".parse().expect("to"))
+        .body(String::from("hello"))
+        .expect("message");
+    for _ in 0..2 {
+        let e = pool.send(&message).await.expect_err("a refused recipient");
+        assert!(e.is_permanent(), "{e}");
+    }
+    drop(pool);
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("two sessions, each closed")
+        .expect("server");
+    let after_data = after_data.lock().expect("lock").clone();
+    assert_eq!(
+        after_data,
+        vec![Vec::<String>::new(); 2],
+        "a message went on"
+    );
+}
