@@ -1,11 +1,12 @@
-//! `sendguard bench`: the limiter's scripts next to a plain PING, link detection, fingerprints
-//! and the SMTP transport.
+//! `sendguard bench`: the limiter's scripts next to a plain PING, link detection, fingerprints,
+//! the SMTP transport and the writer's batch statement.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use sendguard::campaigns::fingerprint::groups;
+use sendguard::config::Database;
 use sendguard::limiter::simulate::to_table;
 use sendguard::limiter::{RedisSettings, bench};
 
@@ -46,6 +47,19 @@ pub enum BenchCommand {
         connections: u32,
         #[arg(long, default_value_t = 2_000)]
         emails: u32,
+    },
+    /// Postgres' CPU for the writer's batch statement by the invites it carries, next to a bare
+    /// single-row insert, on a scratch database: it writes invites (to `bench.invalid`), then
+    /// deletes them. CPU is read from the server's `/proc`, so only when it runs here.
+    Writer {
+        #[command(flatten)]
+        database: Database,
+        /// Invites written per row (and single-row inserts); at least 50 statements a row.
+        #[arg(long, default_value_t = 2_000)]
+        invites: usize,
+        /// The batch sizes measured, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,8,64")]
+        sizes: Vec<usize>,
     },
 }
 
@@ -113,6 +127,31 @@ impl BenchCommand {
                 ];
                 let header = ["emails", "seconds", "emails_per_s", "mean_send_ms"];
                 print!("{}", to_table(&header, &[row]));
+                Ok(())
+            }
+            BenchCommand::Writer {
+                database,
+                invites,
+                sizes,
+            } => {
+                if invites == 0 || sizes.contains(&0) {
+                    return Err("--invites and every size must be at least 1".into());
+                }
+                use sendguard::invites::bench as writer;
+                super::database(&database).await?;
+                let measured = writer::run(&database.database_url, invites, &sizes).await?;
+                let header = [
+                    "statement",
+                    "invites_per_call",
+                    "calls",
+                    "wall_us_per_call",
+                    "pg_cpu_us_per_call",
+                    "pg_cpu_us_per_invite",
+                ];
+                print!("{}", to_table(&header, &writer::to_rows(&measured)));
+                for line in writer::summary(&measured) {
+                    println!("{line}");
+                }
                 Ok(())
             }
         }

@@ -5,6 +5,7 @@
 //! SQL is [`store`], repeated requests are [`idempotency`], and invites accepted while Redis
 //! was away are re-checked by [`deferred`].
 
+pub mod bench;
 mod decision;
 mod deferred;
 pub mod follow_up;

@@ -349,3 +349,53 @@ async fn a_held_invite_retried_on_another_writer_takes_one_slot() {
     .expect("held counts");
     assert_eq!(counted, (1, 0, 1), "held stored, overflow, held invites");
 }
+
+/// `sendguard bench writer` writes its invites through the writer's batch statement, in the
+/// batch sizes asked for, reads the server's CPU (it runs on this machine), and leaves nothing
+/// behind in the database it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_bench_measures_the_batch_statement_and_leaves_nothing() {
+    use sendguard::invites::bench;
+    let (db, pool) = crate::support::app::migrated("writerbench", &[]).await;
+    let measured = bench::run(&db.url, 100, &[1, 4]).await.expect("bench");
+    let shape: Vec<(&str, usize, usize)> = (measured.iter())
+        .map(|m| (m.statement, m.invites_per_call, m.calls))
+        .collect();
+    assert_eq!(
+        shape,
+        [("bare insert", 1, 100), ("batch", 1, 100), ("batch", 4, 50)]
+    );
+    assert!(
+        (measured.iter()).all(|m| m.cpu.is_some_and(|cpu| !cpu.is_zero())),
+        "{measured:?}"
+    );
+    assert_eq!(bench::summary(&measured).len(), 3, "{measured:?}");
+    // 10 batches of each size plan the statement before the measured ones.
+    let written = 10 + 100 + 10 * 4 + 50 * 4;
+    let inserted = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce(sum(n_tup_ins), 0)::int8 FROM pg_stat_user_tables
+             WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'invites'::regclass)",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("inserted")
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || async {
+            inserted().await >= written
+        })
+        .await,
+        "{} invites inserted, not {written}",
+        inserted().await
+    );
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM invites) + (SELECT count(*) FROM outbox)
+             + (SELECT count(*) FROM senders)
+             + (SELECT count(*) FROM pg_tables WHERE tablename = 'sendguard_bench_writer')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("left");
+    assert_eq!(left, 0, "the bench left rows behind");
+}
