@@ -120,6 +120,25 @@ wakeups() {
     awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ {n += $2} END {print n + 0}'
 }
 
+# The calls and microseconds of every command of the Redis on port $1 so far, as
+# `command calls usec` lines (`INFO commandstats`).
+redis_commands() {
+  redis-cli -p "$1" info commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2 \3/p'
+}
+
+# What Redis did per invite between two `redis_commands` snapshots ($1 before, $2 after) for
+# $3 invites: the scripts called and their time, and the commands the scripts ran inside that
+# time (a script's own time counts its commands too).
+redis_work() {
+  awk -v n="$3" 'FNR == NR { c0[$1] = $2; u0[$1] = $3; next }
+    { c = $2 - c0[$1]; u = $3 - u0[$1]
+      if ($1 ~ /^(evalsha|eval|fcall)$/) { sc += c; su += u }
+      else if ($1 !~ /^(info|ping|time|script)/) { ic += c; iu += u } }
+    END { n = (n > 0 ? n : 1)
+      printf "redis per invite: %.2f script calls, %.0f us in them, of which %.1f commands inside them, %.0f us\n", sc / n, su / n, ic / n, iu / n }' "$1" "$2"
+}
+
 # What the database of port $1, database $2, did for the $3 invites of a run, and what vacuum
 # cost: statements per invite (pg_stat_statements, created in the database before the run),
 # updates of `invites` and the share of them that were heap-only, the dead rows left per

@@ -78,6 +78,7 @@ started=$(date +%s)
 steps=$(((minutes * 60 + step - 1) / step))
 invites0=$(pgsql -c "SELECT count(*) FROM invites")
 metrics0=$(waited)
+redis_commands "$redis_port" >"$pg_dir/redis0"
 for _ in $(seq 1 "$steps"); do
   d0=$(delivered_count "$metrics_port")
   s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); w0=$(wakeups "$serve_pid")
@@ -100,6 +101,7 @@ for _ in $(seq 1 "$steps"); do
     "$depth" "$oldest" "$cpu" "$(echo "($w1 - $w0) / $elapsed" | bc)"
 done
 metrics1=$(waited)
+redis_commands "$redis_port" >"$pg_dir/redis1"
 invites=$(($(pgsql -c "SELECT count(*) FROM invites") - invites0))
 echo "delivered share of all invites: $(pgsql -c "SELECT round(100.0 * count(*) FILTER (WHERE status = 'sent') / greatest(count(*), 1), 1) FROM invites")%"
 # The batch statements' sizes over the run: invites per commit of the writer.
@@ -107,3 +109,4 @@ awk -v a="$(field sendguard_batch_invites_sum "$metrics1")" -v b="$(field sendgu
   -v ca="$(field sendguard_batch_invites_count "$metrics1")" -v cb="$(field sendguard_batch_invites_count "$metrics0")" \
   'BEGIN { printf "invites per commit of the writer: %.2f\n", (ca > cb ? (a - b) / (ca - cb) : 0) }'
 database_work "$pg_port" "$db" "$invites"
+redis_work "$pg_dir/redis0" "$pg_dir/redis1" "$invites"
