@@ -36,6 +36,16 @@ impl<T, R> Clone for Batcher<T, R> {
     }
 }
 
+/// How long a batch waits for more requests once it has one, for a server whose commits no
+/// one waits on but whose requests do: each request it holds longer saves a commit.
+pub struct Gather {
+    /// The longest the first request of a batch waits for others.
+    pub window: std::time::Duration,
+    /// Whether a batch of this many requests is all that can come soon, so that it need not
+    /// wait.
+    pub complete: Box<dyn Fn(usize) -> bool + Send + Sync>,
+}
+
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     /// Starts `servers` tasks on the current runtime: each takes up to `max` waiting requests
     /// in arrival order and `serve` answers each, in the same order, or fails them all.
@@ -44,7 +54,19 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
-        let (batcher, run) = Self::new(max, servers, serve);
+        let (batcher, run) = Self::build(max, servers, None, serve);
+        tokio::spawn(run);
+        batcher
+    }
+
+    /// As [`Batcher::start`] with one server, whose batches wait for more requests as `gather`
+    /// says.
+    pub fn start_gathering<F, Fut>(max: usize, gather: Gather, serve: F) -> Self
+    where
+        F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
+    {
+        let (batcher, run) = Self::build(max, 1, Some(Arc::new(gather)), serve);
         tokio::spawn(run);
         batcher
     }
@@ -60,19 +82,38 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
+        Self::build(max, servers, None, serve)
+    }
+
+    fn build<F, Fut>(
+        max: usize,
+        servers: usize,
+        gather: Option<Arc<Gather>>,
+        serve: F,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
+    {
         let (requests, queue) = mpsc::channel::<(T, Answer<R>)>(max * 4);
         let queue = Arc::new(Mutex::new(queue));
         let serve = Arc::new(serve);
         let run = async move {
             let mut tasks = JoinSet::new();
             for _ in 0..servers.max(1) {
-                let (queue, serve) = (queue.clone(), serve.clone());
+                let (queue, serve, gather) = (queue.clone(), serve.clone(), gather.clone());
                 tasks.spawn(async move {
                     let mut batch = Vec::with_capacity(max);
                     loop {
-                        // One server waits for requests at a time; the others are serving.
-                        if queue.lock().await.recv_many(&mut batch, max).await == 0 {
-                            return;
+                        {
+                            // One server waits for requests at a time; the others are serving.
+                            let mut queue = queue.lock().await;
+                            if queue.recv_many(&mut batch, max).await == 0 {
+                                return;
+                            }
+                            if let Some(gather) = &gather {
+                                gather_more(&mut queue, &mut batch, max, gather).await;
+                            }
                         }
                         let (items, answers): (Vec<T>, Vec<Answer<R>>) = batch.drain(..).unzip();
                         answer_all(answers, serve(items).await);
@@ -93,6 +134,25 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
             .await
             .map_err(|_| gone())?;
         answered.await.map_err(|_| gone())?
+    }
+}
+
+/// Adds the requests that come within `gather`'s window to `batch`, until it holds `max` or
+/// all that can come soon.
+async fn gather_more<T>(
+    queue: &mut mpsc::Receiver<T>,
+    batch: &mut Vec<T>,
+    max: usize,
+    gather: &Gather,
+) {
+    let until = tokio::time::Instant::now() + gather.window;
+    while batch.len() < max && !(gather.complete)(batch.len()) {
+        let room = max - batch.len();
+        match tokio::time::timeout_at(until, queue.recv_many(batch, room)).await {
+            // The window is over, or every handle is gone.
+            Err(_) | Ok(0) => return,
+            Ok(_) => {}
+        }
     }
 }
 
@@ -144,5 +204,64 @@ fn answer_all<R>(answers: Vec<Answer<R>>, served: Result<Vec<R>, sqlx::Error>) {
                 let _ = answer.send(Err(e.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batcher that records the size of each batch it serves.
+    fn recording(
+        max: usize,
+        gather: Gather,
+    ) -> (Batcher<u32, u32>, Arc<std::sync::Mutex<Vec<usize>>>) {
+        let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = sizes.clone();
+        let batcher = Batcher::start_gathering(max, gather, move |items: Vec<u32>| {
+            seen.lock().expect("sizes").push(items.len());
+            async move { Ok(items) }
+        });
+        (batcher, sizes)
+    }
+
+    /// Sends `n` requests one after the other, a millisecond apart, each waiting in its own
+    /// task; answers once all are answered.
+    async fn staggered(batcher: &Batcher<u32, u32>, n: u32) {
+        let mut calls = JoinSet::new();
+        for i in 0..n {
+            let batcher = batcher.clone();
+            calls.spawn(async move { batcher.call(i).await.map(|r| assert_eq!(r, i)) });
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        while let Some(call) = calls.join_next().await {
+            call.expect("call").expect("answered");
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_within_the_window_share_a_batch_that_ends_once_complete() {
+        // A window far longer than the test may take: the batch ends because it is complete.
+        let gather = Gather {
+            window: Duration::from_secs(600),
+            complete: Box::new(|n| n >= 3),
+        };
+        let (batcher, sizes) = recording(16, gather);
+        tokio::time::timeout(Duration::from_secs(10), staggered(&batcher, 3))
+            .await
+            .expect("a complete batch waited for its window");
+        assert_eq!(*sizes.lock().expect("sizes"), [3]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_ends_with_its_window_or_when_full() {
+        let gather = Gather {
+            window: Duration::from_millis(200),
+            complete: Box::new(|_| false),
+        };
+        let (batcher, sizes) = recording(2, gather);
+        staggered(&batcher, 3).await;
+        staggered(&batcher, 1).await;
+        assert_eq!(*sizes.lock().expect("sizes"), [2, 1, 1]);
     }
 }

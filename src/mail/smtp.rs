@@ -249,6 +249,11 @@ impl Pool {
         self.turns.clone().acquire_owned().await.ok()
     }
 
+    /// The turns taken and not given back.
+    pub fn turns_held(&self) -> usize {
+        self.connections - self.turns.available_permits()
+    }
+
     pub async fn send(&self, message: &Message) -> Result<(), MailError> {
         let (envelope, email) = (message.envelope(), message.formatted());
         if let Some(mut session) = self.idle_session().await {

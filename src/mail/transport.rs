@@ -75,6 +75,15 @@ impl Transport {
         }
     }
 
+    /// The sends holding a connection (sending, or waiting for their mark); a file holds
+    /// none, so the count is unknown.
+    pub(super) fn sends_holding_turns(&self) -> Option<usize> {
+        match self {
+            Transport::Smtp(pool) => Some(pool.turns_held()),
+            Transport::File(_) => None,
+        }
+    }
+
     pub(super) async fn send(&self, message: Message) -> Result<(), MailError> {
         match self {
             Transport::Smtp(pool) => pool.send(&message).await,
