@@ -47,8 +47,8 @@ pub use transport::{Transport, parse_from};
 /// for the next one, so the marks of a busy outbox share commits.
 const MARKS_AT_ONCE: usize = 256;
 
-/// The longest a sent mark waits for the marks of the sends still under way, to share their
-/// commit. A send keeps its connection until its mark is committed (so that a crash repeats at
+/// The longest a sent mark waits for the marks of the sends that complete after it, to share
+/// their commit. A send keeps its connection until its mark is committed (so that a crash repeats at
 /// most the sends in flight), and no one else waits on a mark: at 1,000 invites a second a mark
 /// had a commit of its own, a statement and a round trip for each delivered invite.
 const MARK_GATHER: Duration = Duration::from_millis(5);
@@ -164,16 +164,12 @@ impl Outbox {
         let (asking, asked) = mpsc::channel(8);
         let (marking, marker) = (db.clone(), worker_id.clone());
         // One commit at a time: marks that arrive meanwhile go together in the next, and a mark
-        // waits for those of the sends under way, unless every send holding a connection is
-        // already waiting for its own (then no other can come until they are committed).
-        let sending = transport.clone();
+        // waits for those of the sends that complete soon after it, unless every connection
+        // already waits for its mark (then no other can come until they are committed).
+        let most = transport.turns();
         let gather = Gather {
             window: MARK_GATHER,
-            complete: Box::new(move |marks| {
-                sending
-                    .sends_holding_turns()
-                    .is_some_and(|holding| marks >= holding)
-            }),
+            complete: Box::new(move |marks| most.is_some_and(|most| marks >= most)),
         };
         let marks = Batcher::start_gathering(MARKS_AT_ONCE, gather, move |rows: Vec<Row>| {
             let (db, worker_id) = (marking.clone(), marker.clone());

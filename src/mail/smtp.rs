@@ -249,9 +249,8 @@ impl Pool {
         self.turns.clone().acquire_owned().await.ok()
     }
 
-    /// The turns taken and not given back.
-    pub fn turns_held(&self) -> usize {
-        self.connections - self.turns.available_permits()
+    pub fn connections(&self) -> usize {
+        self.connections
     }
 
     pub async fn send(&self, message: &Message) -> Result<(), MailError> {

@@ -75,11 +75,10 @@ impl Transport {
         }
     }
 
-    /// The sends holding a connection (sending, or waiting for their mark); a file holds
-    /// none, so the count is unknown.
-    pub(super) fn sends_holding_turns(&self) -> Option<usize> {
+    /// The most sends at once: one per connection; files take any number.
+    pub(super) fn turns(&self) -> Option<usize> {
         match self {
-            Transport::Smtp(pool) => Some(pool.turns_held()),
+            Transport::Smtp(pool) => Some(pool.connections()),
             Transport::File(_) => None,
         }
     }
