@@ -1,5 +1,23 @@
 use super::*;
 
+/// A message from `a@example.com` to `b@example.com`.
+fn message() -> Message {
+    Message::builder()
+        .from("a@example.com".parse().expect("from"))
+        .to("b@example.com".parse().expect("to"))
+        .body(String::from("hello"))
+        .expect("message")
+}
+
+/// A listener on a free port of the loopback address.
+async fn listener() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let addr = listener.local_addr().expect("address");
+    (listener, addr)
+}
+
 fn parsed(url: &str) -> Server {
     match Server::parse(url) {
         Ok(server) => server,
@@ -61,10 +79,7 @@ fn a_url_lettre_refused_is_refused() {
 /// the server to acknowledge the body.
 #[tokio::test]
 async fn the_pool_opens_sockets_that_send_each_write_at_once() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listener");
-    let addr = listener.local_addr().expect("address");
+    let (_listener, addr) = listener().await;
     let server = parsed(&format!("smtp://{addr}"));
     let tcp = server.tcp().await.expect("connection");
     assert!(tcp.nodelay().expect("TCP_NODELAY"));
@@ -76,11 +91,7 @@ async fn a_server_that_is_not_there_is_unreachable() {
     let addr = listener.local_addr().expect("address");
     drop(listener);
     let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
-    let message = Message::builder()
-        .from("a@example.com".parse().expect("from"))
-        .to("b@example.com".parse().expect("to"))
-        .body(String::from("hello"))
-        .expect("message");
+    let message = message();
     let e = pool.send(&message).await.expect_err("sent to nobody");
     assert!(e.is_unreachable() && !e.is_permanent(), "{e}");
 }
@@ -92,10 +103,7 @@ async fn a_server_that_is_not_there_is_unreachable() {
 async fn a_session_left_within_a_message_is_closed_not_reset() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listener");
-    let addr = listener.local_addr().expect("address");
+    let (listener, addr) = listener().await;
     // What each session received after its `354`.
     let after_data = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
     let seen = after_data.clone();
@@ -127,11 +135,7 @@ async fn a_session_left_within_a_message_is_closed_not_reset() {
         }
     });
     let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
-    let message = Message::builder()
-        .from("a@example.com".parse().expect("from"))
-        .to("b@example.com".parse().expect("to"))
-        .body(String::from("hello"))
-        .expect("message");
+    let message = message();
     for _ in 0..2 {
         let e = pool.send(&message).await.expect_err("a refused recipient");
         assert!(e.is_permanent(), "{e}");
