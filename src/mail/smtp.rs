@@ -160,6 +160,8 @@ impl Server {
             conn: session,
             pipelining,
             broken: false,
+            answered: false,
+            refusals: 0,
         })
     }
 }
@@ -170,7 +172,16 @@ struct Session {
     pipelining: bool,
     /// Not to be used again: it failed other than by a reply, or was left within a message.
     broken: bool,
+    /// The server answered the current send's first command: the session was open.
+    answered: bool,
+    /// Refusals since the session last delivered a message.
+    refusals: u32,
 }
+
+/// Refusals in a row after which a session is closed rather than kept: a server counts the
+/// errors of a session that delivers nothing, and slows its replies, then ends it (Postfix:
+/// after 10 and 20 errors; a recipient refused in a pipelined send is two, `RCPT` and `DATA`).
+const MAX_REFUSALS: u32 = 3;
 
 /// The TLS of `smtps://` as lettre's own: ring, TLS 1.2 and 1.3, the webpki roots.
 fn tls_connector() -> Result<TlsConnector, tokio_rustls::rustls::Error> {
@@ -223,7 +234,8 @@ impl AsyncTokioStream for Tls {
 }
 
 /// Sessions with the SMTP server, at most `connections`: every send holds a turn, and a
-/// session is either in a send or idle here. One that failed is dropped, never reused.
+/// session is either in a send or idle here. One that broke is dropped, never reused; one that
+/// was refused is reset and kept, up to [`MAX_REFUSALS`] in a row.
 pub struct Pool {
     server: Server,
     turns: Arc<Semaphore>,
@@ -259,8 +271,9 @@ impl Pool {
             match deliver(&mut session, envelope, &email).await {
                 // A kept session the server closed while it was idle (a restart, its own idle
                 // timeout) breaks before any reply: the message goes once more on a new
-                // session, as without a reply to its `.` it was not taken.
-                Err(e @ MailError::Smtp(_)) if e.is_unreachable() => {}
+                // session. One that broke later may have had its message taken, and is
+                // retried by the outbox like any failed send.
+                Err(e @ MailError::Smtp(_)) if e.is_unreachable() && !session.answered => {}
                 sent => {
                     self.park(session);
                     return sent;
@@ -308,10 +321,11 @@ impl Pool {
             .pop()
     }
 
-    /// Keeps a session for the next send, unless it broke.
+    /// Keeps a session for the next send, unless it broke or was refused too often in a row.
     fn park(&self, session: Session) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if !session.broken && !session.conn.has_broken() && idle.len() < self.connections {
+        let usable = !session.broken && !session.conn.has_broken();
+        if usable && session.refusals < MAX_REFUSALS && idle.len() < self.connections {
             idle.push((session, Instant::now()));
         }
     }
@@ -320,32 +334,54 @@ impl Pool {
 /// Sends on a session, within [`TIMEOUT`]. A refusal is a reply from a working server: the
 /// refused transaction is ended with `RSET` and the session carries the next send, where a new
 /// one would cost a relay's TLS handshake and login, and count against its limit on
-/// connections. A session that failed otherwise is marked broken, and [`Pool::park`] drops it.
+/// connections. The first refusal is the send's error, even when the session then fails while
+/// its transaction is ended. A session that failed otherwise is marked broken, and
+/// [`Pool::park`] drops it.
 async fn deliver(
     session: &mut Session,
     envelope: &Envelope,
     email: &[u8],
 ) -> Result<(), MailError> {
+    session.answered = false;
+    let mut refusal = None;
     let sent = async {
         let Some(parameters) = mail_parameters(&session.conn, envelope, email) else {
-            // lettre's own send refuses what the server cannot take, with its reason, and
-            // closes the session.
+            // lettre's own send refuses what the server cannot take, with its reason, before
+            // writing anything.
             return session.conn.send(envelope, email).await.map(drop);
         };
         if session.pipelining {
-            pipelined(session, envelope, parameters, email).await
+            pipelined(session, &mut refusal, envelope, parameters, email).await
         } else {
-            one_by_one(session, envelope, parameters, email).await
+            one_by_one(session, &mut refusal, envelope, parameters, email).await
         }
     };
-    match tokio::time::timeout(TIMEOUT, sent).await {
-        Ok(sent) => sent.map_err(MailError::Smtp),
+    let failed = match tokio::time::timeout(TIMEOUT, sent).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
         Err(_) => {
             session.broken = true;
-            Err(MailError::Unreachable(format!(
-                "no answer to a send within {} s",
-                TIMEOUT.as_secs()
-            )))
+            if refusal.is_none() {
+                return Err(MailError::Unreachable(format!(
+                    "no answer to a send within {} s",
+                    TIMEOUT.as_secs()
+                )));
+            }
+            None
+        }
+    };
+    if failed.as_ref().is_some_and(|e| !e.is_client()) {
+        session.broken = true;
+    }
+    match (refusal, failed) {
+        (Some(refusal), _) => {
+            session.refusals += 1;
+            Err(MailError::Smtp(refusal))
+        }
+        (None, Some(e)) => Err(MailError::Smtp(e)),
+        (None, None) => {
+            session.refusals = 0;
+            Ok(())
         }
     }
 }
@@ -376,12 +412,14 @@ fn mail_parameters(
 }
 
 /// `MAIL`, every `RCPT` and `DATA` in one write, their replies read in order, then the message.
-/// The first refusal is the send's error. Every reply is read before the transaction is reset,
-/// so that none is left for the next send; a server that took `DATA` after a refusal (RFC 2920
-/// asks it not to) has the session left within a message, so it is closed rather than reset: a
-/// closing `.` would send an empty message.
+/// The first refusal goes to `refusal`. Every reply is read before the transaction is reset, so
+/// that none is left for the next send; a server that took `DATA` after a refusal (RFC 2920 asks
+/// it not to) has the session left within a message, so it is closed rather than reset: a
+/// closing `.` would send an empty message. An error is returned only when the session failed
+/// without a reply.
 async fn pipelined(
     session: &mut Session,
+    refusal: &mut Option<lettre::transport::smtp::Error>,
     envelope: &Envelope,
     parameters: Vec<MailParameter>,
     email: &[u8],
@@ -396,64 +434,79 @@ async fn pipelined(
     // DATA, until one is not a reply (the session is gone then).
     let mut replies = Vec::with_capacity(expected);
     replies.push(session.conn.command(commands).await.map(drop));
+    session.answered = replies.last().is_some_and(is_reply);
     while replies.len() < expected && replies.last().is_some_and(is_reply) {
         replies.push(session.conn.read_response().await.map(drop));
     }
     let within_message = replies.len() == expected && replies.last().is_some_and(Result::is_ok);
-    let gone = replies.last().is_some_and(|r| !is_reply(r));
-    match replies.into_iter().find_map(Result::err) {
-        None => message(session, email).await,
-        Some(refusal) => {
-            if gone || within_message {
-                session.broken = true;
-            } else {
-                reset(session).await;
-            }
-            Err(refusal)
-        }
+    let mut failures = replies.into_iter().filter_map(Result::err);
+    let Some(first) = failures.next() else {
+        return message(session, refusal, email).await;
+    };
+    if first.status().is_none() {
+        return Err(first);
     }
+    *refusal = Some(first);
+    if let Some(gone) = failures.find(|e| e.status().is_none()) {
+        return Err(gone);
+    }
+    if within_message {
+        session.broken = true;
+    } else {
+        reset(session).await;
+    }
+    Ok(())
 }
 
-/// `MAIL`, every `RCPT` and `DATA`, each after the reply to the one before, then the message.
+/// `MAIL`, every `RCPT` and `DATA`, each after the reply to the one before, then the message;
+/// a refusal goes to `refusal`, as in [`pipelined`].
 async fn one_by_one(
     session: &mut Session,
+    refusal: &mut Option<lettre::transport::smtp::Error>,
     envelope: &Envelope,
     parameters: Vec<MailParameter>,
     email: &[u8],
 ) -> Result<(), lettre::transport::smtp::Error> {
+    let mail = (session.conn)
+        .command(Mail::new(envelope.from().cloned(), parameters))
+        .await
+        .map(drop);
+    session.answered = is_reply(&mail);
     let conn = &mut session.conn;
     let opened = async {
-        conn.command(Mail::new(envelope.from().cloned(), parameters))
-            .await?;
+        mail?;
         for to in envelope.to() {
             conn.command(Rcpt::new(to.clone(), Vec::new())).await?;
         }
-        conn.command(Data).await
+        conn.command(Data).await.map(drop)
     }
     .await;
     match opened {
-        Ok(_) => message(session, email).await,
-        Err(refusal) if refusal.status().is_some() => {
+        Ok(()) => message(session, refusal, email).await,
+        Err(e) if e.status().is_some() => {
+            *refusal = Some(e);
             reset(session).await;
-            Err(refusal)
+            Ok(())
         }
-        Err(e) => {
-            session.broken = true;
-            Err(e)
-        }
+        Err(e) => Err(e),
     }
 }
 
-/// The message and its closing `.`: a refusal of it ends its transaction, as its acceptance does.
+/// The message and its closing `.`: a refusal of it ends its transaction, as its acceptance
+/// does, so the session needs no `RSET`.
 async fn message(
     session: &mut Session,
+    refusal: &mut Option<lettre::transport::smtp::Error>,
     email: &[u8],
 ) -> Result<(), lettre::transport::smtp::Error> {
-    let sent = session.conn.message(email).await.map(drop);
-    if !is_reply(&sent) {
-        session.broken = true;
+    match session.conn.message(email).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.status().is_some() => {
+            *refusal = Some(e);
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
-    sent
 }
 
 /// Ends a refused transaction, so that the session can carry the next send.

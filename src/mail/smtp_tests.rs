@@ -96,20 +96,19 @@ async fn a_server_that_is_not_there_is_unreachable() {
     assert!(e.is_unreachable() && !e.is_permanent(), "{e}");
 }
 
-/// A server that takes `DATA` after refusing the only recipient, against RFC 2920: the send
-/// fails on the refusal, and the session, left within a message, is closed rather than reset,
-/// since a closing `.` would send an empty message. The next send opens a session of its own.
-#[tokio::test]
-async fn a_session_left_within_a_message_is_closed_not_reset() {
+/// A server on `listener` for `sessions` sessions, one after the other, answering each command
+/// by `reply` of its first four letters in upper case (`None`: no answer, as a server that
+/// hangs); after a `354` it takes lines until the connection closes. Ends with what each
+/// session received after its `354`.
+fn scripted(
+    listener: tokio::net::TcpListener,
+    sessions: usize,
+    reply: fn(&str) -> Option<&'static [u8]>,
+) -> tokio::task::JoinHandle<Vec<Vec<String>>> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
-    let (listener, addr) = listener().await;
-    // What each session received after its `354`.
-    let after_data = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
-    let seen = after_data.clone();
-    let server = tokio::spawn(async move {
-        // Two sessions at most: the test sends twice.
-        for _ in 0..2 {
+    tokio::spawn(async move {
+        let mut after_data = Vec::new();
+        for _ in 0..sessions {
             let (stream, _) = listener.accept().await.expect("accept");
             let (read, mut write) = stream.into_split();
             let mut lines = BufReader::new(read).lines();
@@ -120,19 +119,39 @@ async fn a_session_left_within_a_message_is_closed_not_reset() {
                     data.push(line);
                     continue;
                 }
-                let reply: &[u8] = match line.get(..4).map(str::to_ascii_uppercase).as_deref() {
-                    Some("EHLO") => b"250-odd\r\n250 PIPELINING\r\n",
-                    Some("RCPT") => b"550 no such user\r\n",
-                    Some("DATA") => {
+                let verb = line.get(..4).unwrap_or_default().to_ascii_uppercase();
+                if let Some(answer) = reply(&verb) {
+                    if answer.starts_with(b"354") {
                         data = Some(Vec::new());
-                        b"354 go ahead anyway\r\n"
                     }
-                    _ => b"250 ok\r\n",
-                };
-                write.write_all(reply).await.expect("reply");
+                    write.write_all(answer).await.expect("reply");
+                }
             }
-            seen.lock().expect("lock").push(data.unwrap_or_default());
+            after_data.push(data.unwrap_or_default());
         }
+        after_data
+    })
+}
+
+/// Waits for a [`scripted`] server to have served all its sessions.
+async fn served(server: tokio::task::JoinHandle<Vec<Vec<String>>>) -> Vec<Vec<String>> {
+    tokio::time::timeout(Duration::from_secs(15), server)
+        .await
+        .expect("the sessions the server waited for")
+        .expect("server")
+}
+
+/// A server that takes `DATA` after refusing the only recipient, against RFC 2920: the send
+/// fails on the refusal, and the session, left within a message, is closed rather than reset,
+/// since a closing `.` would send an empty message. The next send opens a session of its own.
+#[tokio::test]
+async fn a_session_left_within_a_message_is_closed_not_reset() {
+    let (listener, addr) = listener().await;
+    let server = scripted(listener, 2, |verb| match verb {
+        "EHLO" => Some(b"250-odd\r\n250 PIPELINING\r\n"),
+        "RCPT" => Some(b"550 no such user\r\n"),
+        "DATA" => Some(b"354 go ahead anyway\r\n"),
+        _ => Some(b"250 ok\r\n"),
     });
     let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
     let message = message();
@@ -141,14 +160,52 @@ async fn a_session_left_within_a_message_is_closed_not_reset() {
         assert!(e.is_permanent(), "{e}");
     }
     drop(pool);
-    tokio::time::timeout(Duration::from_secs(10), server)
-        .await
-        .expect("two sessions, each closed")
-        .expect("server");
-    let after_data = after_data.lock().expect("lock").clone();
     assert_eq!(
-        after_data,
+        served(server).await,
         vec![Vec::<String>::new(); 2],
         "a message went on"
     );
+}
+
+/// A session refused again and again is closed after [`MAX_REFUSALS`]: a server slows, then
+/// ends, a session that makes many errors and delivers nothing. Four refused sends take two
+/// sessions.
+#[tokio::test]
+async fn a_session_refused_too_often_in_a_row_is_closed() {
+    let (listener, addr) = listener().await;
+    let server = scripted(listener, 2, |verb| match verb {
+        "EHLO" => Some(b"250-odd\r\n250 PIPELINING\r\n"),
+        "RCPT" => Some(b"550 no such user\r\n"),
+        "DATA" => Some(b"554 no valid recipients\r\n"),
+        _ => Some(b"250 ok\r\n"),
+    });
+    let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+    let message = message();
+    for _ in 0..=MAX_REFUSALS {
+        let e = pool.send(&message).await.expect_err("a refused recipient");
+        assert!(e.is_permanent(), "{e}");
+    }
+    drop(pool);
+    served(server).await;
+}
+
+/// A refusal read before the server stops answering (here, to `RSET`) is still the send's
+/// error: a refused recipient, not an unreachable server.
+#[tokio::test]
+async fn a_refusal_stays_the_error_when_the_server_then_hangs() {
+    let (listener, addr) = listener().await;
+    let server = scripted(listener, 1, |verb| match verb {
+        "EHLO" => Some(b"250 odd\r\n"),
+        "RCPT" => Some(b"550 no such user\r\n"),
+        "RSET" => None,
+        _ => Some(b"250 ok\r\n"),
+    });
+    let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+    let e = pool
+        .send(&message())
+        .await
+        .expect_err("a refused recipient");
+    assert!(e.is_permanent() && !e.is_unreachable(), "{e}");
+    drop(pool);
+    served(server).await;
 }

@@ -478,7 +478,7 @@ async fn only_invites_the_server_dropped_are_retried_when_a_send_succeeds() {
 
 /// Where the server offers PIPELINING, a send writes `MAIL`, `RCPT` and `DATA` at once (two
 /// round trips a message instead of four). Where it does not, each command waits. Either way a
-/// refused recipient fails its own send only, and its session, reset, carries the next send:
+/// refused recipient fails its own send only, and its session, reset, carries the next sends:
 /// a refusal is an answer from a working server, and a new session with a relay costs a TLS
 /// handshake and a login, and counts against its limit on connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,20 +486,14 @@ async fn sends_pipeline_their_commands_where_the_server_offers_it() {
     let (db, pool) = migrated("pipelining", &[]).await;
     let key = api_key(&pool).await;
     let key_id = key_id(&pool).await;
+    let sink = SmtpSink::start_refusing(0, &["refused@example.com"]).await;
+    let app = one_connection(&db, &sink).await;
     let recipients = [
-        "first@example.com",
         "refused@example.com",
+        "first@example.com",
         "last@example.com",
     ];
-    queue(&pool, key_id, &recipients).await;
-    let sink = SmtpSink::start_refusing(0, &["refused@example.com"]).await;
-    let mut cfg = config(&db, Some(sink.url()));
-    cfg.mail_max_attempts = 1;
-    cfg.smtp_connections = 1;
-    let app = sendguard::start(&cfg).await.expect("start");
-    for (to, status) in recipients.into_iter().zip(["sent", "failed", "sent"]) {
-        assert!(becomes(&pool, to, status, 10).await, "{to} is not {status}");
-    }
+    refused_then_sent(&pool, key_id, recipients).await;
     let mut received: Vec<Vec<String>> = sink.messages().into_iter().map(|m| m.to).collect();
     received.sort();
     assert_eq!(
@@ -508,31 +502,49 @@ async fn sends_pipeline_their_commands_where_the_server_offers_it() {
         "not what was sent"
     );
     assert_eq!(sink.pipelined_mails(), 3, "a send waited for each reply");
-    assert_refused_for_no_such_user(&pool, "refused@example.com").await;
-    // The refused recipient's session was reset and carried the next send.
     assert_eq!(sink.sessions_opened(), 1, "a refusal closed its session");
     app.shutdown().await;
 
-    let recipients = ["plain@example.com", "plain-refused@example.com"];
-    queue(&pool, key_id, &recipients).await;
     let plain = SmtpSink::start_without_pipelining(&["plain-refused@example.com"]).await;
-    let mut cfg = config(&db, Some(plain.url()));
-    cfg.mail_max_attempts = 1;
-    cfg.smtp_connections = 1;
-    let app = sendguard::start(&cfg).await.expect("start");
-    for (to, status) in recipients.into_iter().zip(["sent", "failed"]) {
-        assert!(becomes(&pool, to, status, 10).await, "{to} is not {status}");
-    }
-    assert_eq!(plain.messages().len(), 1);
+    let app = one_connection(&db, &plain).await;
+    let recipients = [
+        "plain-refused@example.com",
+        "plain@example.com",
+        "plain-last@example.com",
+    ];
+    refused_then_sent(&pool, key_id, recipients).await;
+    assert_eq!(plain.messages().len(), 2);
     assert_eq!(
         plain.pipelined_mails(),
         0,
         "pipelined to a server that did not offer it"
     );
-    assert_refused_for_no_such_user(&pool, "plain-refused@example.com").await;
     assert_eq!(plain.sessions_opened(), 1, "a refusal closed its session");
     app.shutdown().await;
     drop(key);
+}
+
+/// An instance sending through `sink` on one connection, each invite tried once.
+async fn one_connection(db: &crate::support::app::TestDb, sink: &SmtpSink) -> sendguard::Running {
+    let mut cfg = config(db, Some(sink.url()));
+    cfg.mail_max_attempts = 1;
+    cfg.smtp_connections = 1;
+    sendguard::start(&cfg).await.expect("start")
+}
+
+/// Queues the invite to `refused` alone and waits for it to fail, then queues the two others
+/// and waits for them to be sent: on one connection, both sends come after the refusal.
+async fn refused_then_sent(pool: &sqlx::PgPool, key_id: i64, [refused, a, b]: [&str; 3]) {
+    queue(pool, key_id, &[refused]).await;
+    assert!(
+        becomes(pool, refused, "failed", 10).await,
+        "{refused} is not failed"
+    );
+    assert_refused_for_no_such_user(pool, refused).await;
+    queue(pool, key_id, &[a, b]).await;
+    for to in [a, b] {
+        assert!(becomes(pool, to, "sent", 10).await, "{to} is not sent");
+    }
 }
 
 /// The refusal recorded for the invite to `recipient` is the recipient's, not a reply to a

@@ -300,6 +300,11 @@ async fn session(
         } else if upper.starts_with("RSET") {
             (mail, to) = (false, Vec::new());
             write.write_all(b"250 ok\r\n").await?;
+        } else if upper.starts_with("MAIL FROM:") && mail {
+            // As a server does: a transaction is ended by its message or by `RSET`.
+            write
+                .write_all(b"503 5.5.1 nested MAIL command\r\n")
+                .await?;
         } else if upper.starts_with("MAIL FROM:") {
             let buffered = lines.get_ref().buffer();
             if buffered
