@@ -3,8 +3,9 @@
 //! batches are served at once, so that one batch's commit (a WAL flush) overlaps the next
 //! batch's statements, as concurrent transactions would. At a low rate a request finds a server
 //! idle and is served at once, alone; under load each round trip serves everyone who came during
-//! the last one, so the batch follows the load without a timer. The invite writer's group commit,
-//! the batched sender reads and the outbox's `sent` marks run on it.
+//! the last one, so the batch follows the load without a timer. The invite writer's group commit
+//! and the batched sender reads run on it so; the outbox's `sent` marks, which no request waits
+//! on, also wait a few milliseconds for each other ([`Gather`]).
 //!
 //! The tasks end when the last handle is dropped, after the requests that hold one are
 //! answered; they are not stopped by the instance's stop signal, because requests still in

@@ -49,8 +49,9 @@ pub enum BenchCommand {
         emails: u32,
     },
     /// Postgres' CPU for the writer's batch statement by the invites it carries, next to a bare
-    /// single-row insert, on a scratch database: it writes invites (to `bench.invalid`), then
-    /// deletes them. CPU is read from the server's `/proc`, so only when it runs here.
+    /// single-row insert, on a scratch database (one holding invites is refused): it writes
+    /// invites (to `bench.invalid`), then deletes them. CPU is read from the server's `/proc`,
+    /// so only when it runs here.
     Writer {
         #[command(flatten)]
         database: Database,
@@ -138,6 +139,11 @@ impl BenchCommand {
                     return Err("--invites and every size must be at least 1".into());
                 }
                 use sendguard::invites::bench as writer;
+                if !writer::is_scratch(&database.database_url).await? {
+                    return Err("the database holds invites: give `bench writer` a scratch \
+                                database (it writes and deletes invites)"
+                        .into());
+                }
                 super::database(&database).await?;
                 let measured = writer::run(&database.database_url, invites, &sizes).await?;
                 let header = [

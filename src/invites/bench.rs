@@ -4,8 +4,9 @@
 //! commit, the round trip) is paid by each invite nearly alone; at saturation it is shared.
 //!
 //! It writes through the service's own statement, on a connection set up as the writer's, to
-//! a database it is given: a scratch one, since it writes invites (to `bench.invalid`
-//! recipients, claimed by no outbox for an hour) and deletes them when it is done.
+//! a database it is given: a scratch one, holding no invites (it refuses any other), since it
+//! writes invites (to `bench.invalid` recipients, claimed for good by an outbox that does not
+//! exist) and deletes them when it is done.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,10 @@ const WORKER: &str = "sendguard-bench-writer";
 
 /// The senders the bench's invites are spread over, as `bench-writer-<n>`.
 const SENDERS: usize = 1_000;
+
+/// The claim on the bench's invites: were it killed before deleting them, no outbox would take
+/// them over.
+const LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One measured statement.
 #[derive(Debug, Clone)]
@@ -56,9 +61,26 @@ impl Measured {
     }
 }
 
+/// Whether the database at `url` holds no invites (or no tables yet): the only kind the bench
+/// writes to.
+pub async fn is_scratch(url: &str) -> Result<bool, DbError> {
+    let pool = db::connect_kept(url, "sendguard-bench", 1, Commits::Flushed).await?;
+    let tables: bool = sqlx::query_scalar("SELECT to_regclass('invites') IS NOT NULL")
+        .fetch_one(pool.pool())
+        .await?;
+    if !tables {
+        return Ok(true);
+    }
+    let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM invites)")
+        .fetch_one(pool.pool())
+        .await?;
+    Ok(!any)
+}
+
 /// Runs `calls` single-row inserts and, for each size, batch statements of that many invites,
-/// enough of them for `calls` invites (at least 50). The first 10 calls of each are not counted:
-/// they plan the statement.
+/// enough of them for `calls` invites (at least 50). Every sender is written once before, and
+/// the first 10 calls of each size are not counted (they plan the statement): each measured
+/// batch updates senders that exist, as the writer mostly does.
 pub async fn run(url: &str, calls: usize, sizes: &[usize]) -> Result<Vec<Measured>, DbError> {
     let connections = db::connect_kept(url, "sendguard-bench", 2, Commits::Flushed).await?;
     let app_id: i64 = sqlx::query_scalar("SELECT id FROM apps ORDER BY id LIMIT 1")
@@ -69,6 +91,8 @@ pub async fn run(url: &str, calls: usize, sizes: &[usize]) -> Result<Vec<Measure
             let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
                 .fetch_one(&mut *conn)
                 .await?;
+            let backend = is_postgres(backend).then_some(backend);
+            batches(conn, None, app_id, 64, SENDERS).await?;
             let mut measured = vec![bare_inserts(conn, backend, calls).await?];
             for &size in sizes {
                 measured.push(batches(conn, backend, app_id, size, calls).await?);
@@ -76,7 +100,7 @@ pub async fn run(url: &str, calls: usize, sizes: &[usize]) -> Result<Vec<Measure
             Ok(measured)
         })
         .await;
-    let cleaned = clean_up(connections.pool()).await;
+    let cleaned = clean_up(connections.pool(), app_id).await;
     let measured = measured?;
     cleaned?;
     Ok(measured)
@@ -85,7 +109,7 @@ pub async fn run(url: &str, calls: usize, sizes: &[usize]) -> Result<Vec<Measure
 /// The ceiling: one row of two columns inserted and committed per statement.
 async fn bare_inserts(
     conn: &mut PgConnection,
-    backend: i32,
+    backend: Option<i32>,
     calls: usize,
 ) -> Result<Measured, sqlx::Error> {
     sqlx::query(
@@ -119,7 +143,7 @@ async fn bare_inserts(
 /// Batch statements of `size` queued invites, each written claimed as the writer writes them.
 async fn batches(
     conn: &mut PgConnection,
-    backend: i32,
+    backend: Option<i32>,
     app_id: i64,
     size: usize,
     calls: usize,
@@ -128,7 +152,7 @@ async fn batches(
     let calls = (calls / size).max(50);
     let claim = Claim {
         worker_id: WORKER,
-        lease: Duration::from_secs(3600),
+        lease: LEASE,
         rows: vec![true; size],
     };
     let mut n = 0;
@@ -241,15 +265,17 @@ fn row(new: &NewInvite) -> Row<'_> {
 }
 
 /// Removes what the bench wrote.
-async fn clean_up(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+async fn clean_up(pool: &sqlx::PgPool, app_id: i64) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM outbox WHERE claimed_by = $1")
         .bind(WORKER)
         .execute(pool)
         .await?;
-    sqlx::query("DELETE FROM invites WHERE sender_id LIKE 'bench-writer-%'")
+    sqlx::query("DELETE FROM invites WHERE app_id = $1 AND sender_id LIKE 'bench-writer-%'")
+        .bind(app_id)
         .execute(pool)
         .await?;
-    sqlx::query("DELETE FROM senders WHERE id LIKE 'bench-writer-%'")
+    sqlx::query("DELETE FROM senders WHERE app_id = $1 AND id LIKE 'bench-writer-%'")
+        .bind(app_id)
         .execute(pool)
         .await?;
     sqlx::query("DROP TABLE IF EXISTS sendguard_bench_writer")
@@ -258,14 +284,20 @@ async fn clean_up(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// The CPU time the backend `pid` has used, when its `/proc` entry can be read here.
-fn backend_cpu(pid: i32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+/// Whether process `pid` here is a Postgres server process: a server in a container reports
+/// an id of its own namespace, which here may be another process or none.
+fn is_postgres(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "postgres")
+}
+
+/// The CPU time the backend `pid` has used, when it runs here.
+fn backend_cpu(pid: Option<i32>) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/schedstat", pid?)).ok()?;
     let nanos = stat.split_whitespace().next()?.parse().ok()?;
     Some(Duration::from_nanos(nanos))
 }
 
-fn spent(pid: i32, before: Option<Duration>) -> Option<Duration> {
+fn spent(pid: Option<i32>, before: Option<Duration>) -> Option<Duration> {
     Some(backend_cpu(pid)?.saturating_sub(before?))
 }
 

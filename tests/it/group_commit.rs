@@ -351,8 +351,8 @@ async fn a_held_invite_retried_on_another_writer_takes_one_slot() {
 }
 
 /// `sendguard bench writer` writes its invites through the writer's batch statement, in the
-/// batch sizes asked for, reads the server's CPU (it runs on this machine), and leaves nothing
-/// behind in the database it was given.
+/// batch sizes asked for, reads the server's CPU (it runs on this machine), leaves nothing
+/// behind in the database it was given, and takes only a database without invites.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_writer_bench_measures_the_batch_statement_and_leaves_nothing() {
     use sendguard::invites::bench;
@@ -398,4 +398,8 @@ async fn the_writer_bench_measures_the_batch_statement_and_leaves_nothing() {
     .await
     .expect("left");
     assert_eq!(left, 0, "the bench left rows behind");
+    // A database that holds invites is not a scratch one.
+    assert!(bench::is_scratch(&db.url).await.expect("scratch"));
+    crate::support::app::queue(&pool, 1, &["kept@example.com"]).await;
+    assert!(!bench::is_scratch(&db.url).await.expect("scratch"));
 }
