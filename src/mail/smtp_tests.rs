@@ -98,8 +98,9 @@ async fn a_server_that_is_not_there_is_unreachable() {
 
 /// A server on `listener` for `sessions` sessions, one after the other, answering each command
 /// by `reply` of its first four letters in upper case (`None`: no answer, as a server that
-/// hangs); after a `354` it takes lines until the connection closes. Ends with what each
-/// session received after its `354`.
+/// hangs); after a `354` it takes the message's lines, and answers its closing `.` by
+/// `reply(".")` (empty: it closes the connection). Ends with what each session received after
+/// its last `354`.
 fn scripted(
     listener: tokio::net::TcpListener,
     sessions: usize,
@@ -115,8 +116,15 @@ fn scripted(
             write.write_all(b"220 odd ESMTP\r\n").await.expect("greet");
             let mut data: Option<Vec<String>> = None;
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(data) = data.as_mut() {
-                    data.push(line);
+                if let Some(lines) = data.as_mut() {
+                    match reply(&line) {
+                        Some(b"") if line == "." => break,
+                        Some(answer) if line == "." => {
+                            write.write_all(answer).await.expect("reply");
+                            data = None;
+                        }
+                        _ => lines.push(line),
+                    }
                     continue;
                 }
                 let verb = line.get(..4).unwrap_or_default().to_ascii_uppercase();
@@ -206,6 +214,33 @@ async fn a_refusal_stays_the_error_when_the_server_then_hangs() {
         .await
         .expect_err("a refused recipient");
     assert!(e.is_permanent() && !e.is_unreachable(), "{e}");
+    drop(pool);
+    served(server).await;
+}
+
+/// A kept session that breaks after the server answered (here it closes on the message's `.`)
+/// is not sent on again at once: the server may have taken the message. Only one closed while
+/// idle, before any answer, is.
+#[tokio::test]
+async fn a_session_that_broke_after_answering_is_not_sent_on_again_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static DOTS: AtomicUsize = AtomicUsize::new(0);
+    let (listener, addr) = listener().await;
+    let server = scripted(listener, 2, |verb| match verb {
+        "EHLO" => Some(b"250-odd\r\n250 PIPELINING\r\n"),
+        "DATA" => Some(b"354 go ahead\r\n"),
+        // The second message's `.` closes the session.
+        "." if DOTS.fetch_add(1, Ordering::Relaxed) == 1 => Some(b""),
+        "." => Some(b"250 queued\r\n"),
+        _ => Some(b"250 ok\r\n"),
+    });
+    let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+    let message = message();
+    pool.send(&message).await.expect("the first send");
+    let e = pool.send(&message).await.expect_err("sent again at once");
+    assert!(e.is_unreachable(), "{e}");
+    // The next send opens the second session.
+    pool.send(&message).await.expect("the third send");
     drop(pool);
     served(server).await;
 }
