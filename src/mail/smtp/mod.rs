@@ -4,7 +4,8 @@
 //! about 40 ms a send however fast the server (docs/PERFORMANCE.md). Where the server offers
 //! PIPELINING (RFC 2920), a send writes `MAIL`, `RCPT` and `DATA` at once and reads their
 //! replies together: two round trips a message instead of four, each one a wake-up of the
-//! service and of the server. A refusal ends its transaction with `RSET` and keeps the session.
+//! service and of the server. A message's transaction, and what a refusal leaves of the session,
+//! are [`send`]'s.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,11 +15,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use lettre::Message;
-use lettre::address::Envelope;
 use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters};
-use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt, Rset};
-use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use lettre::transport::smtp::commands::Ehlo;
+use lettre::transport::smtp::extension::ClientId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -27,6 +27,9 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
 use super::MailError;
+use send::deliver;
+
+mod send;
 
 /// How long opening a session (connection, TLS, greeting, EHLO, STARTTLS, AUTH) or a send may
 /// take before the server counts as unreachable.
@@ -331,196 +334,5 @@ impl Pool {
     }
 }
 
-/// Sends on a session, within [`TIMEOUT`]. A refusal is a reply from a working server: the
-/// refused transaction is ended with `RSET` and the session carries the next send, where a new
-/// one would cost a relay's TLS handshake and login, and count against its limit on
-/// connections. The first refusal is the send's error, even when the session then fails while
-/// its transaction is ended. A session that failed otherwise is marked broken, and
-/// [`Pool::park`] drops it.
-async fn deliver(
-    session: &mut Session,
-    envelope: &Envelope,
-    email: &[u8],
-) -> Result<(), MailError> {
-    session.answered = false;
-    let mut refusal = None;
-    let sent = async {
-        let Some(parameters) = mail_parameters(&session.conn, envelope, email) else {
-            // lettre's own send refuses what the server cannot take, with its reason, before
-            // writing anything.
-            return session.conn.send(envelope, email).await.map(drop);
-        };
-        if session.pipelining {
-            pipelined(session, &mut refusal, envelope, parameters, email).await
-        } else {
-            one_by_one(session, &mut refusal, envelope, parameters, email).await
-        }
-    };
-    let failed = match tokio::time::timeout(TIMEOUT, sent).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
-        Err(_) => {
-            session.broken = true;
-            if refusal.is_none() {
-                return Err(MailError::Unreachable(format!(
-                    "no answer to a send within {} s",
-                    TIMEOUT.as_secs()
-                )));
-            }
-            None
-        }
-    };
-    if failed.as_ref().is_some_and(|e| !e.is_client()) {
-        session.broken = true;
-    }
-    match (refusal, failed) {
-        (Some(refusal), _) => {
-            session.refusals += 1;
-            Err(MailError::Smtp(refusal))
-        }
-        (None, Some(e)) => Err(MailError::Smtp(e)),
-        (None, None) => {
-            session.refusals = 0;
-            Ok(())
-        }
-    }
-}
-
-/// The parameters of `MAIL` as lettre's own send gives them (SMTPUTF8 for addresses beyond
-/// ASCII, 8BITMIME for a body beyond it), or none when the server lacks what the message needs.
-fn mail_parameters(
-    conn: &AsyncSmtpConnection,
-    envelope: &Envelope,
-    email: &[u8],
-) -> Option<Vec<MailParameter>> {
-    let info = conn.server_info();
-    let mut parameters = Vec::new();
-    let addresses = envelope.from().into_iter().chain(envelope.to());
-    if addresses.map(AsRef::<str>::as_ref).any(|a| !a.is_ascii()) {
-        if !info.supports_feature(Extension::SmtpUtfEight) {
-            return None;
-        }
-        parameters.push(MailParameter::SmtpUtfEight);
-    }
-    if !email.is_ascii() {
-        if !info.supports_feature(Extension::EightBitMime) {
-            return None;
-        }
-        parameters.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-    }
-    Some(parameters)
-}
-
-/// `MAIL`, every `RCPT` and `DATA` in one write, their replies read in order, then the message.
-/// The first refusal goes to `refusal`. Every reply is read before the transaction is reset, so
-/// that none is left for the next send; a server that took `DATA` after a refusal (RFC 2920 asks
-/// it not to) has the session left within a message, so it is closed rather than reset: a
-/// closing `.` would send an empty message. An error is returned only when the session failed
-/// without a reply.
-async fn pipelined(
-    session: &mut Session,
-    refusal: &mut Option<lettre::transport::smtp::Error>,
-    envelope: &Envelope,
-    parameters: Vec<MailParameter>,
-    email: &[u8],
-) -> Result<(), lettre::transport::smtp::Error> {
-    let mut commands = Mail::new(envelope.from().cloned(), parameters).to_string();
-    for to in envelope.to() {
-        commands.push_str(&Rcpt::new(to.clone(), Vec::new()).to_string());
-    }
-    commands.push_str(&Data.to_string());
-    let expected = envelope.to().len() + 2;
-    // `command` writes the group and reads the first reply (MAIL's); one more per RCPT and
-    // DATA, until one is not a reply (the session is gone then).
-    let mut replies = Vec::with_capacity(expected);
-    replies.push(session.conn.command(commands).await.map(drop));
-    session.answered = replies.last().is_some_and(is_reply);
-    while replies.len() < expected && replies.last().is_some_and(is_reply) {
-        replies.push(session.conn.read_response().await.map(drop));
-    }
-    let within_message = replies.len() == expected && replies.last().is_some_and(Result::is_ok);
-    let mut failures = replies.into_iter().filter_map(Result::err);
-    let Some(first) = failures.next() else {
-        return message(session, refusal, email).await;
-    };
-    if first.status().is_none() {
-        return Err(first);
-    }
-    *refusal = Some(first);
-    if let Some(gone) = failures.find(|e| e.status().is_none()) {
-        return Err(gone);
-    }
-    if within_message {
-        session.broken = true;
-    } else {
-        reset(session).await;
-    }
-    Ok(())
-}
-
-/// `MAIL`, every `RCPT` and `DATA`, each after the reply to the one before, then the message;
-/// a refusal goes to `refusal`, as in [`pipelined`].
-async fn one_by_one(
-    session: &mut Session,
-    refusal: &mut Option<lettre::transport::smtp::Error>,
-    envelope: &Envelope,
-    parameters: Vec<MailParameter>,
-    email: &[u8],
-) -> Result<(), lettre::transport::smtp::Error> {
-    let mail = (session.conn)
-        .command(Mail::new(envelope.from().cloned(), parameters))
-        .await
-        .map(drop);
-    session.answered = is_reply(&mail);
-    let conn = &mut session.conn;
-    let opened = async {
-        mail?;
-        for to in envelope.to() {
-            conn.command(Rcpt::new(to.clone(), Vec::new())).await?;
-        }
-        conn.command(Data).await.map(drop)
-    }
-    .await;
-    match opened {
-        Ok(()) => message(session, refusal, email).await,
-        Err(e) if e.status().is_some() => {
-            *refusal = Some(e);
-            reset(session).await;
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// The message and its closing `.`: a refusal of it ends its transaction, as its acceptance
-/// does, so the session needs no `RSET`.
-async fn message(
-    session: &mut Session,
-    refusal: &mut Option<lettre::transport::smtp::Error>,
-    email: &[u8],
-) -> Result<(), lettre::transport::smtp::Error> {
-    match session.conn.message(email).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.status().is_some() => {
-            *refusal = Some(e);
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Ends a refused transaction, so that the session can carry the next send.
-async fn reset(session: &mut Session) {
-    if session.conn.command(Rset).await.is_err() {
-        session.broken = true;
-    }
-}
-
-/// An answer from the server, positive or not, rather than a broken session.
-fn is_reply(reply: &Result<(), lettre::transport::smtp::Error>) -> bool {
-    reply.as_ref().err().is_none_or(|e| e.status().is_some())
-}
-
 #[cfg(test)]
-#[path = "smtp_tests.rs"]
 mod tests;
