@@ -175,7 +175,8 @@ struct Session {
     pipelining: bool,
     /// Not to be used again: it failed other than by a reply, or was left within a message.
     broken: bool,
-    /// The server answered the current send's first command: the session was open.
+    /// The server answered the current send's first command, and not with `421`: the session
+    /// was open.
     answered: bool,
     /// Refusals since the session last delivered a message.
     refusals: u32,
@@ -273,10 +274,10 @@ impl Pool {
         if let Some(mut session) = self.idle_session().await {
             match deliver(&mut session, envelope, &email).await {
                 // A kept session the server closed while it was idle (a restart, its own idle
-                // timeout) breaks before any reply: the message goes once more on a new
-                // session. One that broke later may have had its message taken, and is
-                // retried by the outbox like any failed send.
-                Err(e @ MailError::Smtp(_)) if e.is_unreachable() && !session.answered => {}
+                // timeout) breaks before any reply, or answers the first command with `421`:
+                // the message goes once more on a new session. One that broke later may have
+                // had its message taken, and is retried by the outbox like any failed send.
+                Err(MailError::Smtp(_)) if !session.answered => {}
                 sent => {
                     self.park(session);
                     return sent;

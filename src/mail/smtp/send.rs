@@ -126,7 +126,7 @@ async fn pipelined(session: &mut Session, transaction: &mut Transaction<'_>) -> 
     // DATA, until one is not a reply (the session is gone then).
     let mut replies = Vec::with_capacity(expected);
     replies.push(session.conn.command(commands).await.map(drop));
-    session.answered = replies.last().is_some_and(is_reply);
+    session.answered = replies.last().is_some_and(took_part);
     while replies.len() < expected && replies.last().is_some_and(is_reply) {
         replies.push(session.conn.read_response().await.map(drop));
     }
@@ -154,7 +154,7 @@ async fn pipelined(session: &mut Session, transaction: &mut Transaction<'_>) -> 
 /// a refusal goes to the transaction, as in [`pipelined`].
 async fn one_by_one(session: &mut Session, transaction: &mut Transaction<'_>) -> Result<(), Error> {
     let mail = session.conn.command(&transaction.mail).await.map(drop);
-    session.answered = is_reply(&mail);
+    session.answered = took_part(&mail);
     let conn = &mut session.conn;
     let opened = async {
         mail?;
@@ -198,4 +198,14 @@ async fn reset(session: &mut Session) {
 /// An answer from the server, positive or not, rather than a broken session.
 fn is_reply(reply: &Result<(), Error>) -> bool {
     reply.as_ref().err().is_none_or(|e| e.status().is_some())
+}
+
+/// Whether the server took part in a send, by its reply to the send's first command: it
+/// answered, and not with `421`, by which it closes the session before the transaction
+/// begins (RFC 5321 §3.8; Postfix so ends a session idle past its timeout).
+fn took_part(first: &Result<(), Error>) -> bool {
+    let closing = (first.as_ref().err())
+        .and_then(Error::status)
+        .is_some_and(|code| u16::from(code) == 421);
+    is_reply(first) && !closing
 }

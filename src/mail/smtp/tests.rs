@@ -96,15 +96,18 @@ async fn a_server_that_is_not_there_is_unreachable() {
     assert!(e.is_unreachable() && !e.is_permanent(), "{e}");
 }
 
+/// How a [`scripted`] server answers a command, by its verb (or a message's closing `.`).
+type Script = fn(&str) -> Option<&'static [u8]>;
+
 /// A server on `listener` for `sessions` sessions, one after the other, answering each command
 /// by `reply` of its first four letters in upper case (`None`: no answer, as a server that
-/// hangs); after a `354` it takes the message's lines, and answers its closing `.` by
-/// `reply(".")` (empty: it closes the connection). Ends with what each session received after
-/// its last `354`.
+/// hangs; a `421` closes the session after it); after a `354` it takes the message's lines,
+/// and answers its closing `.` by `reply(".")` (empty: it closes the connection). Ends with what
+/// each session received after its last `354`.
 fn scripted(
     listener: tokio::net::TcpListener,
     sessions: usize,
-    reply: fn(&str) -> Option<&'static [u8]>,
+    reply: Script,
 ) -> tokio::task::JoinHandle<Vec<Vec<String>>> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     tokio::spawn(async move {
@@ -133,6 +136,9 @@ fn scripted(
                         data = Some(Vec::new());
                     }
                     write.write_all(answer).await.expect("reply");
+                    if answer.starts_with(b"421") {
+                        break;
+                    }
                 }
             }
             after_data.push(data.unwrap_or_default());
@@ -243,4 +249,59 @@ async fn a_session_that_broke_after_answering_is_not_sent_on_again_at_once() {
     pool.send(&message).await.expect("the third send");
     drop(pool);
     served(server).await;
+}
+
+/// A server that ends a kept session with `421` (Postfix does so to sessions idle past its
+/// timeout, 10 s when it is busy) answers the next send's `MAIL` with it and closes: nothing
+/// of the send was taken, so it goes at once on a new session instead of waiting for the
+/// outbox's retry. Both ways the server may take commands, pipelined or not.
+#[tokio::test]
+async fn a_kept_session_the_server_closed_with_421_is_replaced_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    /// Per way: `MAIL`s received, messages taken.
+    static COUNTS: [[AtomicUsize; 2]; 2] = [
+        [AtomicUsize::new(0), AtomicUsize::new(0)],
+        [AtomicUsize::new(0), AtomicUsize::new(0)],
+    ];
+    fn reply(verb: &str, way: usize, ehlo: &'static [u8]) -> Option<&'static [u8]> {
+        let [mails, messages] = &COUNTS[way];
+        match verb {
+            "EHLO" => Some(ehlo),
+            // The second send's `MAIL` finds the session timed out.
+            "MAIL" if mails.fetch_add(1, Ordering::Relaxed) == 1 => {
+                Some(b"421 4.4.2 odd Error: timeout exceeded\r\n")
+            }
+            "DATA" => Some(b"354 go ahead\r\n"),
+            "." => {
+                messages.fetch_add(1, Ordering::Relaxed);
+                Some(b"250 queued\r\n")
+            }
+            _ => Some(b"250 ok\r\n"),
+        }
+    }
+    let ways: [Script; 2] = [
+        |verb| reply(verb, 0, b"250-odd\r\n250 PIPELINING\r\n"),
+        |verb| reply(verb, 1, b"250 odd\r\n"),
+    ];
+    for (way, server) in ways.into_iter().enumerate() {
+        let (listener, addr) = listener().await;
+        let server = scripted(listener, 2, server);
+        let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+        let message = message();
+        pool.send(&message).await.expect("the first send");
+        pool.send(&message)
+            .await
+            .expect("the second, on a new session");
+        drop(pool);
+        served(server).await;
+        let [mails, messages] = &COUNTS[way];
+        assert_eq!(
+            (
+                mails.load(Ordering::Relaxed),
+                messages.load(Ordering::Relaxed)
+            ),
+            (3, 2),
+            "way {way}: MAILs and messages"
+        );
+    }
 }
