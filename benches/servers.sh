@@ -36,6 +36,19 @@ start_postgres() {
     -o "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$pg_dir$opts" start >/dev/null ||
     { cat "$pg_dir/log" >&2; return 1; }
   pg_pid=$(head -n 1 "$pg_dir/data/postmaster.pid")
+  warm_wal "$port"
+}
+
+# A server that has run a while keeps finished WAL segments to reuse, up to max_wal_size; a
+# fresh one has a single segment and creates (zero-fills) every new one, stalling each commit
+# that waits on it. Writes max_wal_size of WAL (messages only, no table) and checkpoints twice,
+# so that the figures are those of a server in its steady state, not of its first gigabytes.
+warm_wal() {
+  local sql=(psql -q -At -h 127.0.0.1 -p "$1" -U postgres -d postgres)
+  "${sql[@]}" -c "SELECT count(pg_logical_emit_message(false, 'warm-up', repeat('x', 1048576)))
+    FROM generate_series(1, pg_size_bytes(current_setting('max_wal_size')) / 1048576)" >/dev/null &&
+    "${sql[@]}" -c "CHECKPOINT" && "${sql[@]}" -c "SELECT pg_switch_wal()" >/dev/null &&
+    "${sql[@]}" -c "CHECKPOINT"
 }
 
 # The settings the server runs with, as it reports them: printed beside the figures.
