@@ -33,6 +33,7 @@ mod shadow_leaks;
 mod shutdown;
 mod signals;
 mod slow_clients;
+mod smtp_sessions;
 mod strict_input;
 mod support;
 mod transport;

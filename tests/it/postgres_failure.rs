@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{TestDb, api_key, config, migrated, wait_for};
+use crate::support::app::{TestDb, api_key, config, invite_becomes, migrated, wait_for};
 use crate::support::proxy::Proxy;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -101,15 +101,7 @@ async fn without_postgres_the_api_answers_503_and_recovers_by_itself() {
     // The connections the outbox keeps between rounds died with the cut: they are replaced, and
     // the invite accepted after the outage is delivered. (The first one may have been sent and
     // not marked before the cut: it is sent again once its lease expires.)
-    let delivered = wait_for(Duration::from_secs(15), || async {
-        sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE recipient = $1")
-            .bind("p9@example.com")
-            .fetch_one(&pool)
-            .await
-            .expect("status")
-            == "sent"
-    })
-    .await;
+    let delivered = invite_becomes(&pool, "p9@example.com", "sent", 15).await;
     assert!(delivered, "the outbox recovers by itself");
 }
 

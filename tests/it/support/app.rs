@@ -244,6 +244,20 @@ where
     }
 }
 
+/// Waits up to `secs` seconds for the invite to `recipient` to reach `status`; answers whether
+/// it did.
+pub async fn invite_becomes(pool: &PgPool, recipient: &str, status: &str, secs: u64) -> bool {
+    wait_for(Duration::from_secs(secs), || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM invites WHERE recipient = $1")
+            .bind(recipient)
+            .fetch_one(pool)
+            .await
+            .expect("status")
+            == status
+    })
+    .await
+}
+
 /// The value of series `name` (with its labels, if any) in a `/metrics` text.
 pub fn series(text: &str, name: &str) -> Option<f64> {
     text.lines()
