@@ -1,4 +1,4 @@
-# The servers of a benchmark, its own (sourced by benches/invites.sh and benches/soak.sh): a
+# The servers of a benchmark, its own (sourced by benches/invites.sh, soak.sh and held.sh): a
 # PostgreSQL configured as a small production server, a Redis, and Postfix's smtp-sink, each on a
 # port of its own on 127.0.0.1 and removed when the benchmark ends (`stop_servers`).
 #
@@ -39,10 +39,11 @@ start_postgres() {
   warm_wal "$port"
 }
 
-# A server that has run a while keeps finished WAL segments to reuse, up to max_wal_size; a
-# fresh one has a single segment and creates (zero-fills) every new one, stalling each commit
-# that waits on it. Writes max_wal_size of WAL (messages only, no table) and checkpoints twice,
-# so that the figures are those of a server in its steady state, not of its first gigabytes.
+# A server that has run a while keeps finished WAL segments to reuse; a fresh one has a single
+# segment and creates (zero-fills) each next one, stalling the commits that flush meanwhile.
+# Writes max_wal_size of WAL (messages only, no table) and checkpoints twice, which leaves about
+# max_wal_size / (1 + checkpoint_completion_target) of segments to reuse (1.1 GB here), so that
+# the figures are those of a server in its steady state, not of its first gigabytes.
 warm_wal() {
   local sql=(psql -q -At -h 127.0.0.1 -p "$1" -U postgres -d postgres)
   "${sql[@]}" -c "SELECT count(pg_logical_emit_message(false, 'warm-up', repeat('x', 1048576)))

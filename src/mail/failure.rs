@@ -53,6 +53,11 @@ impl MailError {
         }
     }
 
+    /// The server's `421`: it is closing the session.
+    pub(super) fn is_closing(&self) -> bool {
+        matches!(self, MailError::Smtp(e) if closing(e))
+    }
+
     /// An answer that no retry will change: a refused recipient, a message that cannot be
     /// built. The relay's other refusals are retried and raise the SMTP incident, as an outage
     /// does, for `SENDGUARD_MAIL_MAX_ATTEMPTS`: an operator can fix a setting in that time.
@@ -63,6 +68,11 @@ impl MailError {
             _ => false,
         }
     }
+}
+
+/// The server's `421`, whatever the command was: it is closing the session (RFC 5321 §3.8).
+pub(super) fn closing(e: &lettre::transport::smtp::Error) -> bool {
+    e.status().is_some_and(|code| u16::from(code) == 421)
 }
 
 /// Whether a permanent reply (`code`, then `text`) refuses the recipient's address or mailbox.

@@ -276,8 +276,11 @@ impl Pool {
                 // A kept session the server closed while it was idle (a restart, its own idle
                 // timeout) breaks before any reply, or answers the first command with `421`:
                 // the message goes once more on a new session. One that broke later may have
-                // had its message taken, and is retried by the outbox like any failed send.
-                Err(MailError::Smtp(_)) if !session.answered => {}
+                // had its message taken, and is retried by the outbox like any failed send;
+                // a send refused before anything was written (lettre's own path, for a
+                // message the server cannot take) keeps its session.
+                Err(e @ MailError::Smtp(_))
+                    if !session.answered && (e.is_unreachable() || e.is_closing()) => {}
                 sent => {
                     self.park(session);
                     return sent;

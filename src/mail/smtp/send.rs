@@ -12,6 +12,7 @@ use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParam
 
 use super::{Session, TIMEOUT};
 use crate::mail::MailError;
+use crate::mail::failure::closing;
 
 /// A message on its way: its commands, the message itself, and the first refusal read.
 struct Transaction<'a> {
@@ -202,10 +203,8 @@ fn is_reply(reply: &Result<(), Error>) -> bool {
 
 /// Whether the server took part in a send, by its reply to the send's first command: it
 /// answered, and not with `421`, by which it closes the session before the transaction
-/// begins (RFC 5321 §3.8; Postfix so ends a session idle past its timeout).
+/// begins (RFC 5321 §3.8). Postfix writes one, unasked, when a session's idle timeout fires,
+/// and the next send reads it as its reply.
 fn took_part(first: &Result<(), Error>) -> bool {
-    let closing = (first.as_ref().err())
-        .and_then(Error::status)
-        .is_some_and(|code| u16::from(code) == 421);
-    is_reply(first) && !closing
+    is_reply(first) && !first.as_ref().err().is_some_and(closing)
 }

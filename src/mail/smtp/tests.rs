@@ -305,3 +305,65 @@ async fn a_kept_session_the_server_closed_with_421_is_replaced_at_once() {
         );
     }
 }
+
+/// A `421` on the new session too is the send's error: the send goes on a new session once, not
+/// again and again. The first send opens one session and the second two, each greeted.
+#[tokio::test]
+async fn a_421_on_the_new_session_too_fails_the_send() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static MAILS: AtomicUsize = AtomicUsize::new(0);
+    static GREETED: AtomicUsize = AtomicUsize::new(0);
+    let (listener, addr) = listener().await;
+    let server = scripted(listener, 3, |verb| match verb {
+        "EHLO" => {
+            GREETED.fetch_add(1, Ordering::Relaxed);
+            Some(b"250-odd\r\n250 PIPELINING\r\n")
+        }
+        "MAIL" if MAILS.fetch_add(1, Ordering::Relaxed) > 0 => {
+            Some(b"421 4.3.2 odd shutting down\r\n")
+        }
+        "DATA" => Some(b"354 go ahead\r\n"),
+        _ => Some(b"250 ok\r\n"),
+    });
+    let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+    let message = message();
+    pool.send(&message).await.expect("the first send");
+    let per_session = GREETED.load(Ordering::Relaxed);
+    let e = pool.send(&message).await.expect_err("refused on both");
+    assert!(e.is_closing() && !e.is_permanent(), "{e}");
+    assert_eq!(GREETED.load(Ordering::Relaxed), 2 * per_session, "sessions");
+    assert_eq!(MAILS.load(Ordering::Relaxed), 3);
+    server.abort();
+}
+
+/// A message the server cannot take (an address beyond ASCII, and no `SMTPUTF8`) is refused
+/// before anything is written: the session stays kept, and the next send goes on it.
+#[tokio::test]
+async fn a_send_refused_before_anything_was_written_keeps_its_session() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static GREETED: AtomicUsize = AtomicUsize::new(0);
+    let (listener, addr) = listener().await;
+    let server = scripted(listener, 1, |verb| match verb {
+        "EHLO" => {
+            GREETED.fetch_add(1, Ordering::Relaxed);
+            Some(b"250-odd\r\n250 PIPELINING\r\n")
+        }
+        "DATA" => Some(b"354 go ahead\r\n"),
+        _ => Some(b"250 ok\r\n"),
+    });
+    let pool = Pool::new(&format!("smtp://{addr}"), 1).expect("pool");
+    pool.send(&message()).await.expect("the first send");
+    let per_session = GREETED.load(Ordering::Relaxed);
+    let beyond_ascii = Message::builder()
+        .from("a@example.com".parse().expect("from"))
+        .to("jörg@example.com".parse().expect("to"))
+        .body(String::from("hello"))
+        .expect("message");
+    pool.send(&beyond_ascii)
+        .await
+        .expect_err("no SMTPUTF8 at the server");
+    pool.send(&message()).await.expect("the third send");
+    assert_eq!(GREETED.load(Ordering::Relaxed), per_session, "one session");
+    drop(pool);
+    served(server).await;
+}
