@@ -3,9 +3,10 @@
 //! batches are served at once, so that one batch's commit (a WAL flush) overlaps the next
 //! batch's statements, as concurrent transactions would. At a low rate a request finds a server
 //! idle and is served at once, alone; under load each round trip serves everyone who came during
-//! the last one, so the batch follows the load without a timer. The invite writer's group commit
-//! and the batched sender reads run on it so; the outbox's `sent` marks, which no request waits
-//! on, also wait a few milliseconds for each other ([`Gather`]).
+//! the last one, so the batch follows the load without a timer. The batched sender reads run on
+//! it so. Two servers also wait for more ([`Gather`]): the invite writer, whose batch of fewer
+//! than a few waits up to a millisecond for the requests on their way to it, and the outbox's
+//! `sent` marks, which no request waits on, a few milliseconds for each other.
 //!
 //! The tasks end when the last handle is dropped, after the requests that hold one are
 //! answered; they are not stopped by the instance's stop signal, because requests still in
@@ -73,17 +74,19 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 
     /// As [`Batcher::start`], but the servers run as tasks of whatever runs the future returned,
-    /// which ends when the last handle is dropped and the requests in hand are answered.
+    /// which ends when the last handle is dropped and the requests in hand are answered; their
+    /// batches wait for more requests as `gather` says.
     pub fn new<F, Fut>(
         max: usize,
         servers: usize,
+        gather: Gather,
         serve: F,
     ) -> (Self, impl Future<Output = ()> + Send + 'static)
     where
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
-        Self::build(max, servers, None, serve)
+        Self::build(max, servers, Some(Arc::new(gather)), serve)
     }
 
     fn build<F, Fut>(

@@ -148,6 +148,7 @@ impl InviteService {
         {
             return Ok(Outcome::Accepted(id));
         }
+        let mut approach = Some(self.writer.approach());
         let invite = Arc::new(sub.invite);
         let request_hash: Arc<[u8]> = request_hash.into();
         let sender = SenderKey::new(sub.app.id, invite.sender_id.as_str());
@@ -239,6 +240,7 @@ impl InviteService {
                 idempotency_key: sub.idempotency_key.map(str::to_owned),
                 request_hash: request_hash.clone(),
             };
+            drop(approach.take());
             if self.record(new, write).await? != Written::Skipped {
                 if flagging {
                     self.follow_ups.wake();

@@ -1,12 +1,16 @@
 //! Group commit: invites that arrive while a write is in progress are written together, in one
 //! transaction with one commit ([`crate::coalesce`]), and each request gets its answer after that
-//! commit. Queued and held invites go in one multi-row statement, so a held one answers as fast
+//! commit. A small batch waits up to [`GATHER_WINDOW`] for the requests on their way. Queued and held invites go in one multi-row statement, so a held one answers as fast
 //! as a queued one, a flagging one too: the statement leaves its flag to a follow-up
 //! ([`super::follow_up`]), written with it, that the flag's own transaction does after the
 //! commit. When the commit fails, every
 //! request of the batch gets the error, so none is answered 200 unless it is committed. Queued
 //! invites are written claimed by this instance's outbox when it has room for them, and handed
 //! to it after the commit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use sqlx::PgConnection;
 use tokio::runtime;
@@ -16,7 +20,7 @@ use super::policy::Breach;
 use super::policy::Status;
 use super::store::insert::{Claim, Row, WrittenRow, insert_batch, outcome};
 use super::store::{Assumed, NewInvite, Written};
-use crate::coalesce::{BatchError, Batcher};
+use crate::coalesce::{BatchError, Batcher, Gather};
 use crate::db::{self, Commits, DbError};
 use crate::mail::{Handoff, Outgoing, Slot};
 use crate::metrics::Metrics;
@@ -24,6 +28,13 @@ use crate::moderation::SenderState;
 
 /// The most invites one transaction writes.
 pub const MAX_BATCH: usize = 256;
+
+/// How long a small batch waits for the requests on their way to the writer, and the size from
+/// which it waits no more. At an everyday rate the writer is idle between invites, and a batch
+/// of one pays the statement's fixed cost alone (docs/PERFORMANCE.md); under load, batches are
+/// large without waiting.
+const GATHER_WINDOW: Duration = Duration::from_millis(1);
+const GATHER_ENOUGH: usize = 4;
 
 /// How an invite is written.
 pub enum Write {
@@ -44,7 +55,20 @@ struct Job {
 
 /// The handle requests write through.
 #[derive(Clone)]
-pub struct Writer(Batcher<Job, Written>);
+pub struct Writer {
+    batcher: Batcher<Job, Written>,
+    /// Requests between the start of their checks and the hand-over of their invite.
+    approaching: Arc<AtomicUsize>,
+}
+
+/// A request on its way to the writer, until dropped.
+pub struct Approach(Arc<AtomicUsize>);
+
+impl Drop for Approach {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 impl Writer {
     /// Starts `writers` writing tasks (`SENDGUARD_DB_WRITERS`) on a thread and a runtime of
@@ -87,7 +111,15 @@ impl Writer {
                             return;
                         }
                     };
-                    let (batcher, serve) = Batcher::new(MAX_BATCH, writers, move |batch| {
+                    let approaching = Arc::new(AtomicUsize::new(0));
+                    let coming = approaching.clone();
+                    let gather = Gather {
+                        window: GATHER_WINDOW,
+                        complete: Box::new(move |n| {
+                            n >= GATHER_ENOUGH || coming.load(Ordering::Relaxed) == 0
+                        }),
+                    };
+                    let (batcher, serve) = Batcher::new(MAX_BATCH, writers, gather, move |batch| {
                         let (connections, outbox, metrics) =
                             (connections.clone(), outbox.clone(), metrics.clone());
                         async move {
@@ -96,7 +128,11 @@ impl Writer {
                                 .await
                         }
                     });
-                    if started.send(Ok(Writer(batcher))).is_ok() {
+                    let writer = Writer {
+                        batcher,
+                        approaching,
+                    };
+                    if started.send(Ok(writer)).is_ok() {
                         serve.await;
                     }
                 });
@@ -107,9 +143,16 @@ impl Writer {
             .map_err(|_| DbError::Sqlx(sqlx::Error::WorkerCrashed))?
     }
 
+    /// Counts a request as on its way to the writer until the guard is dropped: a small batch
+    /// waits for it.
+    pub fn approach(&self) -> Approach {
+        self.approaching.fetch_add(1, Ordering::Relaxed);
+        Approach(self.approaching.clone())
+    }
+
     /// Writes one invite with the others waiting, answering after their common commit.
     pub async fn write(&self, new: NewInvite, write: Write) -> Result<Written, BatchError> {
-        self.0.call(Job { new, write }).await
+        self.batcher.call(Job { new, write }).await
     }
 }
 
