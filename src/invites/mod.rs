@@ -1,11 +1,12 @@
 //! The send-invite flow (docs/DESIGN.md §3a): sender state, rules, one write, an answer only after
 //! the commit. Mail goes out later, from the outbox.
 //!
-//! This file holds the flow itself and the rule check; the verdict is [`policy`] (pure), the
+//! This file holds the flow itself; the rule check is [`check`], the verdict [`policy`] (pure), the
 //! SQL is [`store`], repeated requests are [`idempotency`], and invites accepted while Redis
 //! was away are re-checked by [`deferred`].
 
 pub mod bench;
+mod check;
 mod decision;
 mod deferred;
 pub mod follow_up;
@@ -23,17 +24,17 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::apps::App;
-use crate::campaigns::{self, Campaigns};
+use crate::campaigns::Campaigns;
 use crate::coalesce::BatchError;
 use crate::config::RedisPolicy;
 use crate::incident::Incident;
-use crate::limiter::{Check, KeyPrefix, LimitKey, Limiter, LimiterError};
+use crate::limiter::{KeyPrefix, Limiter, LimiterError};
 use crate::metrics::{DependencyError, Metrics};
 use crate::moderation::{self, SenderState, SenderStates, Standing};
-use crate::rules::contribution::InviteFacts;
-use crate::rules::{Action, Rule, RuleCache, Scope, Signal, Subjects};
+use crate::rules::{Action, RuleCache};
 use crate::sender_key::SenderKey;
 use crate::signals;
+use check::Counted;
 use follow_up::FollowUps;
 use idempotency::Earlier;
 use policy::{Checked, Decided, Rejection, Status};
@@ -377,126 +378,4 @@ impl InviteService {
         policy::without_redis(self.on_redis_error, state, linked_to)
             .ok_or_else(|| InviteError::Unavailable("the rate limiter is unavailable".into()))
     }
-
-    /// Every enabled rule that applies, in one pipeline: all keys of a subject share a hash tag.
-    /// What the invite adds to each rule is [`Counting::of`]; a rule that only reads its count
-    /// (outcome signals, a `links` rule on an invite without links) never acts on it.
-    async fn check_rules(
-        &self,
-        invite: &ValidInvite,
-        sender: &SenderKey,
-        at_ms: Option<u64>,
-        facts: Facts,
-    ) -> Result<Counted, InviteError> {
-        let rules = self.rules.enabled();
-        let wanted = crate::rules::wanted(&rules);
-        let campaign_keys = if wanted.any() {
-            let texts = campaigns::Texts {
-                message: invite.message.as_deref(),
-                sender_name: invite.sender_name.as_deref(),
-                resource: invite.resource.as_deref(),
-            };
-            match self.campaigns.subjects(sender.app_id, texts, wanted).await {
-                Ok(keys) => keys,
-                Err(e) => {
-                    self.metrics.dependency_error(DependencyError::Redis);
-                    return Err(e.into());
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        let seen = InviteFacts {
-            of: Subjects {
-                sender,
-                sender_ip: invite.sender_ip,
-                recipient: &invite.recipient,
-                recipient_domain: &invite.recipient_domain,
-                campaign: &campaign_keys,
-            },
-            has_links: facts.has_links,
-            new_sender: facts.new_sender,
-        };
-        let mut planned: Vec<Planned> = Vec::new();
-        for rule in rules {
-            for adds in rule.counting().of(&seen, &self.members) {
-                // Global invite counts are kept in process (see `global`) unless the invite
-                // is a replay.
-                let local = rule.scope == Scope::Global
-                    && rule.signal == Signal::Invites
-                    && at_ms.is_none()
-                    && self.global.is_some();
-                let key = self.keys.key(&adds.subject, &rule.name, &rule.quota);
-                planned.push(Planned {
-                    rule: rule.clone(),
-                    subject: adds.subject,
-                    key,
-                    cost: adds.cost,
-                    member: adds.member,
-                    local,
-                });
-            }
-        }
-        let checks: Vec<Check<'_>> = planned
-            .iter()
-            .filter(|p| !p.local)
-            .map(|p| Check {
-                member: p.member,
-                ..Check::new(&p.key, &p.rule.quota, p.cost)
-            })
-            .collect();
-        let started = std::time::Instant::now();
-        let mut remote = match self.limiter.check_batch(&checks, at_ms).await {
-            Ok(d) => d.into_iter(),
-            Err(e) => {
-                self.metrics.dependency_error(DependencyError::Redis);
-                return Err(e.into());
-            }
-        };
-        let mut checked = Vec::with_capacity(planned.len());
-        for p in planned {
-            let mut decision = match (&self.global, p.local) {
-                (Some(global), true) => global.count(&p.key, &p.rule.quota),
-                _ => remote
-                    .next()
-                    .ok_or_else(|| LimiterError::BadReply("too few decisions".into()))?,
-            };
-            // A rule acts on the invites that add to its count.
-            if p.cost == 0 {
-                decision.allowed = true;
-            }
-            checked.push(Checked {
-                rule: p.rule,
-                subject: p.subject,
-                decision,
-            });
-        }
-        self.metrics.redis_latency(started.elapsed());
-        self.redis.recovered();
-        for c in &checked {
-            self.metrics
-                .decision(&c.rule.name, c.rule.action.as_str(), c.decision.allowed);
-        }
-        Ok(Counted {
-            checked,
-            campaign_keys,
-        })
-    }
-}
-
-/// The rules' answers on one invite, and the campaign subjects it counted under.
-struct Counted {
-    checked: Vec<Checked>,
-    campaign_keys: Vec<String>,
-}
-
-/// One rule an invite is checked against: its key and what the invite adds to it.
-struct Planned {
-    rule: Arc<Rule>,
-    subject: String,
-    key: LimitKey,
-    cost: u64,
-    member: Option<u32>,
-    /// Counted in process (a global invite count), not in Redis.
-    local: bool,
 }
