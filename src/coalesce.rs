@@ -6,7 +6,7 @@
 //! the last one, so the batch follows the load without a timer. The batched sender reads run on
 //! it so. Two servers also wait for more ([`Gather`]): the invite writer, whose batch of fewer
 //! than a few waits up to a millisecond for the requests on their way to it, and the outbox's
-//! `sent` marks, which no request waits on, a few milliseconds for each other.
+//! `sent` marks, which no client request waits on, a few milliseconds for each other.
 //!
 //! The tasks end when the last handle is dropped, after the requests that hold one are
 //! answered; they are not stopped by the instance's stop signal, because requests still in
@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -38,14 +38,17 @@ impl<T, R> Clone for Batcher<T, R> {
     }
 }
 
-/// How long a batch waits for more requests once it has one, for a server whose commits no
-/// one waits on but whose requests do: each request it holds longer saves a commit.
+/// How long a batch waits for more requests once it has one, for a server whose fixed cost per
+/// batch outweighs a short wait: each request that joins a waiting batch saves a commit.
 pub struct Gather {
     /// The longest the first request of a batch waits for others.
     pub window: std::time::Duration,
     /// Whether a batch of this many requests is all that can come soon, so that it need not
     /// wait.
     pub complete: Box<dyn Fn(usize) -> bool + Send + Sync>,
+    /// Signalled when `complete` may have turned true without a request arriving, so that a
+    /// waiting batch asks it again instead of waiting out its window.
+    pub changed: Option<Arc<Notify>>,
 }
 
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
@@ -131,12 +134,20 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
 
     /// Serves one request with the others waiting.
     pub async fn call(&self, item: T) -> Result<R, BatchError> {
+        self.call_handing(item, ()).await
+    }
+
+    /// As [`Batcher::call`], dropping `guard` once the request is queued: a guard whose drop
+    /// tells a waiting batch that nothing more is coming must not end it before this request
+    /// is in the queue.
+    pub async fn call_handing<G>(&self, item: T, guard: G) -> Result<R, BatchError> {
         let (answer, answered) = oneshot::channel();
         let gone = || Arc::new(sqlx::Error::PoolClosed);
         self.requests
             .send((item, answer))
             .await
             .map_err(|_| gone())?;
+        drop(guard);
         answered.await.map_err(|_| gone())?
     }
 }
@@ -152,10 +163,20 @@ async fn gather_more<T>(
     let until = tokio::time::Instant::now() + gather.window;
     while batch.len() < max && !(gather.complete)(batch.len()) {
         let room = max - batch.len();
-        match tokio::time::timeout_at(until, queue.recv_many(batch, room)).await {
-            // The window is over, or every handle is gone.
-            Err(_) | Ok(0) => return,
-            Ok(_) => {}
+        // A signal sent while no batch waited is kept for the next wait (`notify_one`).
+        let changed = async {
+            match &gather.changed {
+                Some(changed) => changed.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            got = tokio::time::timeout_at(until, queue.recv_many(batch, room)) => match got {
+                // The window is over, or every handle is gone.
+                Err(_) | Ok(0) => return,
+                Ok(_) => {}
+            },
+            () = changed => {}
         }
     }
 }
@@ -249,6 +270,7 @@ mod tests {
         let gather = Gather {
             window: Duration::from_secs(600),
             complete: Box::new(|n| n >= 3),
+            changed: None,
         };
         let (batcher, sizes) = recording(16, gather);
         tokio::time::timeout(Duration::from_secs(10), staggered(&batcher, 3))
@@ -262,10 +284,34 @@ mod tests {
         let gather = Gather {
             window: Duration::from_millis(200),
             complete: Box::new(|_| false),
+            changed: None,
         };
         let (batcher, sizes) = recording(2, gather);
         staggered(&batcher, 3).await;
         staggered(&batcher, 1).await;
         assert_eq!(*sizes.lock().expect("sizes"), [2, 1, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_batch_ends_when_told_that_nothing_more_is_coming() {
+        let coming = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let changed = Arc::new(Notify::new());
+        let still = coming.clone();
+        let gather = Gather {
+            window: Duration::from_secs(600),
+            complete: Box::new(move |_| !still.load(std::sync::atomic::Ordering::SeqCst)),
+            changed: Some(changed.clone()),
+        };
+        let (batcher, sizes) = recording(16, gather);
+        let call = tokio::spawn(async move { batcher.call(7).await });
+        // The batch of one is waiting for the request said to be coming, which then gives up.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        coming.store(false, std::sync::atomic::Ordering::SeqCst);
+        changed.notify_one();
+        let answered = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the batch waited out its window");
+        assert_eq!(answered.expect("call").expect("answered"), 7);
+        assert_eq!(*sizes.lock().expect("sizes"), [1]);
     }
 }

@@ -41,7 +41,7 @@ use policy::{Checked, Decided, Rejection, Status};
 pub use store::insert::INSERT_BATCH;
 use store::{Assumed, NewInvite, Written};
 pub use validate::{InvalidBody, ValidInvite};
-use writer::{Write, Writer};
+use writer::{Approach, Write, Writer};
 
 /// What the API answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +149,6 @@ impl InviteService {
         {
             return Ok(Outcome::Accepted(id));
         }
-        let mut approach = Some(self.writer.approach());
         let invite = Arc::new(sub.invite);
         let request_hash: Arc<[u8]> = request_hash.into();
         let sender = SenderKey::new(sub.app.id, invite.sender_id.as_str());
@@ -178,6 +177,8 @@ impl InviteService {
         // since this instance cached it, the verdict is derived again from the same answers,
         // unless a lift came between.
         let mut answers: Option<Result<Counted, LimiterError>> = None;
+        // From here the request is on its way to the writer (a slow sender read is not).
+        let mut approach = Some(self.writer.approach());
         for _ in 0..STATE_RETRIES {
             let state = standing.state;
             let decided = if state == SenderState::Trusted {
@@ -241,8 +242,7 @@ impl InviteService {
                 idempotency_key: sub.idempotency_key.map(str::to_owned),
                 request_hash: request_hash.clone(),
             };
-            drop(approach.take());
-            if self.record(new, write).await? != Written::Skipped {
+            if self.record(new, write, approach.take()).await? != Written::Skipped {
                 if flagging {
                     self.follow_ups.wake();
                 }
@@ -281,10 +281,15 @@ impl InviteService {
     }
 
     /// Writes the invite through the group commit, timed and counted.
-    async fn record(&self, new: NewInvite, write: Write) -> Result<Written, BatchError> {
+    async fn record(
+        &self,
+        new: NewInvite,
+        write: Write,
+        approach: Option<Approach>,
+    ) -> Result<Written, BatchError> {
         let started = std::time::Instant::now();
         let status = new.status;
-        let written = self.writer.write(new, write).await;
+        let written = self.writer.write(new, write, approach).await;
         match &written {
             Ok(Written::Skipped) => {}
             Ok(_) => {

@@ -1,12 +1,12 @@
 //! Group commit: invites that arrive while a write is in progress are written together, in one
 //! transaction with one commit ([`crate::coalesce`]), and each request gets its answer after that
-//! commit. A small batch waits up to [`GATHER_WINDOW`] for the requests on their way. Queued and held invites go in one multi-row statement, so a held one answers as fast
-//! as a queued one, a flagging one too: the statement leaves its flag to a follow-up
-//! ([`super::follow_up`]), written with it, that the flag's own transaction does after the
-//! commit. When the commit fails, every
-//! request of the batch gets the error, so none is answered 200 unless it is committed. Queued
-//! invites are written claimed by this instance's outbox when it has room for them, and handed
-//! to it after the commit.
+//! commit. A small batch waits a moment for the requests whose checks have begun. Queued and
+//! held invites go in one multi-row statement, so a held one answers as fast as a queued one, a
+//! flagging one too: the statement leaves its flag to a follow-up ([`super::follow_up`]),
+//! written with it, that the flag's own transaction does after the commit. When the commit
+//! fails, every request of the batch gets the error, so none is answered 200 unless it is
+//! committed. Queued invites are written claimed by this instance's outbox when it has room for
+//! them, and handed to it after the commit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 use tokio::runtime;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::policy::Breach;
 use super::policy::Status;
@@ -29,11 +29,12 @@ use crate::moderation::SenderState;
 /// The most invites one transaction writes.
 pub const MAX_BATCH: usize = 256;
 
-/// How long a small batch waits for the requests on their way to the writer, and the size from
-/// which it waits no more. At an everyday rate the writer is idle between invites, and a batch
-/// of one pays the statement's fixed cost alone (docs/PERFORMANCE.md); under load, batches are
-/// large without waiting.
+/// The longest a small batch waits for the requests on their way to the writer. At an everyday
+/// rate the writer is idle between invites, and a batch of one pays the statement's fixed cost
+/// alone (docs/PERFORMANCE.md); under load, batches are large without waiting. Tokio's timer
+/// makes it 1-2 ms.
 const GATHER_WINDOW: Duration = Duration::from_millis(1);
+/// The size from which a batch waits no more: the fixed cost is then shared enough.
 const GATHER_ENOUGH: usize = 4;
 
 /// How an invite is written.
@@ -57,16 +58,25 @@ struct Job {
 #[derive(Clone)]
 pub struct Writer {
     batcher: Batcher<Job, Written>,
-    /// Requests between the start of their checks and the hand-over of their invite.
-    approaching: Arc<AtomicUsize>,
+    coming: Arc<Coming>,
 }
 
-/// A request on its way to the writer, until dropped.
-pub struct Approach(Arc<AtomicUsize>);
+/// The requests between the start of their rule checks and the hand-over of their invite.
+#[derive(Default)]
+struct Coming {
+    count: AtomicUsize,
+    /// Signalled when the count falls to zero, so that a waiting batch stops waiting.
+    none_left: Arc<Notify>,
+}
+
+/// A request on its way to the writer, until dropped or handed over with its invite.
+pub struct Approach(Arc<Coming>);
 
 impl Drop for Approach {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_left.notify_one();
+        }
     }
 }
 
@@ -111,13 +121,14 @@ impl Writer {
                             return;
                         }
                     };
-                    let approaching = Arc::new(AtomicUsize::new(0));
-                    let coming = approaching.clone();
+                    let coming = Arc::new(Coming::default());
+                    let (counted, none_left) = (coming.clone(), coming.none_left.clone());
                     let gather = Gather {
                         window: GATHER_WINDOW,
                         complete: Box::new(move |n| {
-                            n >= GATHER_ENOUGH || coming.load(Ordering::Relaxed) == 0
+                            n >= GATHER_ENOUGH || counted.count.load(Ordering::Acquire) == 0
                         }),
+                        changed: Some(none_left),
                     };
                     let (batcher, serve) = Batcher::new(MAX_BATCH, writers, gather, move |batch| {
                         let (connections, outbox, metrics) =
@@ -128,10 +139,7 @@ impl Writer {
                                 .await
                         }
                     });
-                    let writer = Writer {
-                        batcher,
-                        approaching,
-                    };
+                    let writer = Writer { batcher, coming };
                     if started.send(Ok(writer)).is_ok() {
                         serve.await;
                     }
@@ -143,16 +151,25 @@ impl Writer {
             .map_err(|_| DbError::Sqlx(sqlx::Error::WorkerCrashed))?
     }
 
-    /// Counts a request as on its way to the writer until the guard is dropped: a small batch
-    /// waits for it.
+    /// Counts a request as on its way to the writer until the guard is dropped or handed over
+    /// with its invite: a small batch waits for it.
     pub fn approach(&self) -> Approach {
-        self.approaching.fetch_add(1, Ordering::Relaxed);
-        Approach(self.approaching.clone())
+        self.coming.count.fetch_add(1, Ordering::AcqRel);
+        Approach(self.coming.clone())
     }
 
-    /// Writes one invite with the others waiting, answering after their common commit.
-    pub async fn write(&self, new: NewInvite, write: Write) -> Result<Written, BatchError> {
-        self.batcher.call(Job { new, write }).await
+    /// Writes one invite with the others waiting, answering after their common commit. The
+    /// request's `approach` ends once its invite is queued, not before: a batch told that
+    /// nothing more is coming would leave it behind.
+    pub async fn write(
+        &self,
+        new: NewInvite,
+        write: Write,
+        approach: Option<Approach>,
+    ) -> Result<Written, BatchError> {
+        self.batcher
+            .call_handing(Job { new, write }, approach)
+            .await
     }
 }
 

@@ -172,6 +172,7 @@ impl Outbox {
         let gather = Gather {
             window: MARK_GATHER,
             complete: Box::new(move |marks| most.is_some_and(|most| marks >= most)),
+            changed: None,
         };
         let marks = Batcher::start_gathering(MARKS_AT_ONCE, gather, move |rows: Vec<Row>| {
             let (db, worker_id) = (marking.clone(), marker.clone());
