@@ -5,8 +5,8 @@
 //! idle and is served at once, alone; under load each round trip serves everyone who came during
 //! the last one, so the batch follows the load without a timer. The batched sender reads run on
 //! it so. Two servers also wait for more ([`Gather`]): the invite writer, whose batch of fewer
-//! than a few waits up to a millisecond for the requests on their way to it, and the outbox's
-//! `sent` marks, which no client request waits on, a few milliseconds for each other.
+//! than a few waits 1-2 ms for the requests on their way to it (less once none is), and the
+//! outbox's `sent` marks, which no client request waits on, a few milliseconds for each other.
 //!
 //! The tasks end when the last handle is dropped, after the requests that hold one are
 //! answered; they are not stopped by the instance's stop signal, because requests still in
@@ -47,7 +47,8 @@ pub struct Gather {
     /// wait.
     pub complete: Box<dyn Fn(usize) -> bool + Send + Sync>,
     /// Signalled when `complete` may have turned true without a request arriving, so that a
-    /// waiting batch asks it again instead of waiting out its window.
+    /// waiting batch asks it again instead of waiting out its window. Signal it with
+    /// `notify_one`, which keeps a signal sent while no batch waits.
     pub changed: Option<Arc<Notify>>,
 }
 
@@ -137,9 +138,8 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         self.call_handing(item, ()).await
     }
 
-    /// As [`Batcher::call`], dropping `guard` once the request is queued: a guard whose drop
-    /// tells a waiting batch that nothing more is coming must not end it before this request
-    /// is in the queue.
+    /// As [`Batcher::call`], dropping `guard` once the request is queued, for a guard whose drop
+    /// may end a waiting batch ([`Gather::changed`]) that this request must still join.
     pub async fn call_handing<G>(&self, item: T, guard: G) -> Result<R, BatchError> {
         let (answer, answered) = oneshot::channel();
         let gone = || Arc::new(sqlx::Error::PoolClosed);
@@ -163,7 +163,6 @@ async fn gather_more<T>(
     let until = tokio::time::Instant::now() + gather.window;
     while batch.len() < max && !(gather.complete)(batch.len()) {
         let room = max - batch.len();
-        // A signal sent while no batch waited is kept for the next wait (`notify_one`).
         let changed = async {
             match &gather.changed {
                 Some(changed) => changed.notified().await,
@@ -234,6 +233,8 @@ fn answer_all<R>(answers: Vec<Answer<R>>, served: Result<Vec<R>, sqlx::Error>) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
 
     /// A batcher that records the size of each batch it serves.
@@ -292,21 +293,23 @@ mod tests {
         assert_eq!(*sizes.lock().expect("sizes"), [2, 1, 1]);
     }
 
+    /// A single-threaded test cannot show the other half, a guard dropped before its request
+    /// is queued: the send completes in the same poll.
     #[tokio::test]
     async fn a_waiting_batch_ends_when_told_that_nothing_more_is_coming() {
-        let coming = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let coming = Arc::new(AtomicBool::new(true));
         let changed = Arc::new(Notify::new());
         let still = coming.clone();
         let gather = Gather {
             window: Duration::from_secs(600),
-            complete: Box::new(move |_| !still.load(std::sync::atomic::Ordering::SeqCst)),
+            complete: Box::new(move |_| !still.load(Ordering::SeqCst)),
             changed: Some(changed.clone()),
         };
         let (batcher, sizes) = recording(16, gather);
         let call = tokio::spawn(async move { batcher.call(7).await });
         // The batch of one is waiting for the request said to be coming, which then gives up.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        coming.store(false, std::sync::atomic::Ordering::SeqCst);
+        coming.store(false, Ordering::SeqCst);
         changed.notify_one();
         let answered = tokio::time::timeout(Duration::from_secs(10), call)
             .await

@@ -1,6 +1,6 @@
 //! Group commit: invites that arrive while a write is in progress are written together, in one
 //! transaction with one commit ([`crate::coalesce`]), and each request gets its answer after that
-//! commit. A small batch waits a moment for the requests whose checks have begun. Queued and
+//! commit. A small batch waits a moment for the requests whose rule checks have begun. Queued and
 //! held invites go in one multi-row statement, so a held one answers as fast as a queued one, a
 //! flagging one too: the statement leaves its flag to a follow-up ([`super::follow_up`]),
 //! written with it, that the flag's own transaction does after the commit. When the commit
@@ -62,6 +62,8 @@ pub struct Writer {
 }
 
 /// The requests between the start of their rule checks and the hand-over of their invite.
+/// `Relaxed` is enough: the count orders no other data (invites reach the writer through its
+/// queue, and the `Notify` orders a fall to zero before the batch's new look at the count).
 #[derive(Default)]
 struct Coming {
     count: AtomicUsize,
@@ -69,12 +71,12 @@ struct Coming {
     none_left: Arc<Notify>,
 }
 
-/// A request on its way to the writer, until dropped or handed over with its invite.
+/// A request on its way to the writer, until dropped.
 pub struct Approach(Arc<Coming>);
 
 impl Drop for Approach {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.0.count.fetch_sub(1, Ordering::Relaxed) == 1 {
             self.0.none_left.notify_one();
         }
     }
@@ -126,7 +128,7 @@ impl Writer {
                     let gather = Gather {
                         window: GATHER_WINDOW,
                         complete: Box::new(move |n| {
-                            n >= GATHER_ENOUGH || counted.count.load(Ordering::Acquire) == 0
+                            n >= GATHER_ENOUGH || counted.count.load(Ordering::Relaxed) == 0
                         }),
                         changed: Some(none_left),
                     };
@@ -151,16 +153,15 @@ impl Writer {
             .map_err(|_| DbError::Sqlx(sqlx::Error::WorkerCrashed))?
     }
 
-    /// Counts a request as on its way to the writer until the guard is dropped or handed over
-    /// with its invite: a small batch waits for it.
+    /// Counts a request as on its way to the writer until the guard is dropped: a small batch
+    /// waits for it.
     pub fn approach(&self) -> Approach {
-        self.coming.count.fetch_add(1, Ordering::AcqRel);
+        self.coming.count.fetch_add(1, Ordering::Relaxed);
         Approach(self.coming.clone())
     }
 
     /// Writes one invite with the others waiting, answering after their common commit. The
-    /// request's `approach` ends once its invite is queued, not before: a batch told that
-    /// nothing more is coming would leave it behind.
+    /// request's `approach` ends once its invite is queued ([`Batcher::call_handing`]).
     pub async fn write(
         &self,
         new: NewInvite,
