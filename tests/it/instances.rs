@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::api::Api;
 use crate::support::app::{
-    Stage, TestDb, api_key, config, execute, key_id, migrated, prepared, queue, queued, wait_for,
+    Stage, TestDb, api_key, config, execute, migrated, prepared, queue_numbered, queued, wait_for,
 };
 use crate::support::rules;
 use crate::support::serve::ServeProcess;
@@ -228,9 +228,7 @@ async fn a_killed_instance_repeats_no_more_than_the_sends_in_flight() {
     const INVITES: usize = 30;
     let (db, pool) = migrated("crashrepeat", &[]).await;
     api_key(&pool).await;
-    let recipients: Vec<String> = (0..INVITES).map(|n| format!("r{n}@example.com")).collect();
-    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
-    queue(&pool, key_id(&pool).await, &recipients).await;
+    queue_numbered(&pool, "r", INVITES).await;
     // Slow enough per message that the round is under way for well over a second.
     let sink = SmtpSink::start_slow(Duration::from_millis(100)).await;
     let mut doomed = ServeProcess::start(

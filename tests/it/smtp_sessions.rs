@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::api::Api;
-use crate::support::app::{api_key, config, invite_becomes, key_id, migrated, queue, wait_for};
+use crate::support::app::{
+    api_key, config, invite_becomes, key_id, migrated, queue, queue_numbered, wait_for,
+};
 use crate::support::smtp::SmtpSink;
 use tokio::sync::Semaphore;
 
@@ -18,9 +20,7 @@ async fn a_round_uses_no_more_smtp_connections_than_configured() {
     const INVITES: usize = 20;
     let (db, pool) = migrated("smtpcap", &[]).await;
     let key = api_key(&pool).await;
-    let recipients: Vec<String> = (0..INVITES).map(|n| format!("c{n}@example.com")).collect();
-    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
-    queue(&pool, key_id(&pool).await, &recipients).await;
+    queue_numbered(&pool, "c", INVITES).await;
     let gate = Arc::new(Semaphore::new(0));
     let sink = SmtpSink::start_holding(&[], gate.clone()).await;
     let mut cfg = config(&db, Some(sink.url()));
@@ -57,9 +57,7 @@ async fn sends_reuse_their_smtp_connections_and_replace_those_the_server_closed(
     const INVITES: usize = 20;
     let (db, pool) = migrated("smtpreuse", &[]).await;
     let key = api_key(&pool).await;
-    let recipients: Vec<String> = (0..INVITES).map(|n| format!("k{n}@example.com")).collect();
-    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
-    queue(&pool, key_id(&pool).await, &recipients).await;
+    queue_numbered(&pool, "k", INVITES).await;
     let sink = SmtpSink::start().await;
     let mut cfg = config(&db, Some(sink.url()));
     cfg.smtp_connections = 2;

@@ -404,6 +404,13 @@ pub async fn queue(pool: &PgPool, key_id: i64, recipients: &[&str]) {
     }
 }
 
+/// Queues `n` invites of the only API key, to `{prefix}0@example.com` onwards.
+pub async fn queue_numbered(pool: &PgPool, prefix: &str, n: usize) {
+    let recipients: Vec<String> = (0..n).map(|i| format!("{prefix}{i}@example.com")).collect();
+    let recipients: Vec<&str> = recipients.iter().map(String::as_str).collect();
+    queue(pool, key_id(pool).await, &recipients).await;
+}
+
 /// Drives rounds of `app`'s outbox until no invite is queued (a retry is due after its backoff,
 /// so this takes up to 15 s); when it returns, every send of those rounds has been answered.
 pub async fn delivered(app: &sendguard::Running, pool: &PgPool) {
