@@ -177,6 +177,11 @@ FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE 
 SELECT format('outbox: %s rows deleted, %s dead now, vacuumed %s times, %s kB',
     n_tup_del, n_dead_tup, autovacuum_count, pg_total_relation_size(relid) / 1024)
 FROM pg_stat_user_tables WHERE relname = 'outbox';
+SELECT format('%s: %s updates, %s%% heap-only, %s inserts, %s deleted, %s dead now', relname,
+    n_tup_upd, round(100.0 * n_tup_hot_upd / greatest(n_tup_upd, 1), 1), n_tup_ins, n_tup_del,
+    n_dead_tup)
+FROM pg_stat_user_tables WHERE relname IN ('senders', 'pending_flags', 'idempotency_keys')
+ORDER BY relname;
 SELECT format('dead rows left in invites'' indexes per delivered invite: %s',
     round((sum(n_tup_upd) - sum(n_tup_hot_upd))::numeric
         / greatest((SELECT count(*) FROM invites WHERE status = 'sent'), 1), 3))

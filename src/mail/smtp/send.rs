@@ -176,10 +176,16 @@ async fn one_by_one(session: &mut Session, transaction: &mut Transaction<'_>) ->
     }
 }
 
-/// The message and its closing `.`: a refusal of it ends its transaction, as its acceptance
-/// does, so the session needs no `RSET`.
+/// The message and its closing `.`, in one write: lettre's own writes the two apart, a second
+/// segment and a second wake-up for both ends of every send. A refusal of it ends its
+/// transaction, as its acceptance does, so the session needs no `RSET`.
 async fn message(session: &mut Session, transaction: &mut Transaction<'_>) -> Result<(), Error> {
-    match session.conn.message(transaction.email).await {
+    let sent = match std::str::from_utf8(transaction.email) {
+        Ok(email) => session.conn.command(on_the_wire(email)).await,
+        // The messages built here are text; anything else goes as lettre sends it.
+        Err(_) => session.conn.message(transaction.email).await,
+    };
+    match sent {
         Ok(_) => Ok(()),
         Err(e) if e.status().is_some() => {
             transaction.refusal = Some(e);
@@ -187,6 +193,24 @@ async fn message(session: &mut Session, transaction: &mut Transaction<'_>) -> Re
         }
         Err(e) => Err(e),
     }
+}
+
+/// The message as it crosses the wire after `DATA` (RFC 5321 §4.5.2): a `.` that begins a line
+/// doubled, as lettre's codec does (a line begins after CRLF), then the closing `.` line.
+fn on_the_wire(email: &str) -> String {
+    let mut wire = String::with_capacity(email.len() + 16);
+    if email.starts_with('.') {
+        wire.push('.');
+    }
+    let mut done = 0;
+    for (at, _) in email.match_indices("\r\n.") {
+        wire.push_str(&email[done..at + 3]);
+        wire.push('.');
+        done = at + 3;
+    }
+    wire.push_str(&email[done..]);
+    wire.push_str("\r\n.\r\n");
+    wire
 }
 
 /// Ends a refused transaction, so that the session can carry the next send.
@@ -207,4 +231,41 @@ fn is_reply(reply: &Result<(), Error>) -> bool {
 /// and the next send reads it as its reply.
 fn took_part(first: &Result<(), Error>) -> bool {
     is_reply(first) && !first.as_ref().err().is_some_and(closing)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::on_the_wire;
+
+    #[test]
+    fn a_dot_that_begins_a_line_is_doubled_and_the_message_closed() {
+        assert_eq!(on_the_wire("a\r\nb"), "a\r\nb\r\n.\r\n");
+        assert_eq!(on_the_wire(".a\r\n.\r\n..b"), "..a\r\n..\r\n...b\r\n.\r\n");
+        // Only a CRLF begins a line, as in lettre's codec.
+        assert_eq!(on_the_wire("a\n.b\r.c"), "a\n.b\r.c\r\n.\r\n");
+        assert_eq!(on_the_wire("a\r\r\n.b"), "a\r\r\n..b\r\n.\r\n");
+        assert_eq!(on_the_wire(""), "\r\n.\r\n");
+    }
+
+    proptest! {
+        /// What a server reads back (the closing line cut, a line's leading `.` dropped) is the
+        /// message, and no line of it ends the message early.
+        #[test]
+        fn a_server_reads_back_the_message(parts in prop::collection::vec(
+            prop::sample::select(vec!["a", ".", "..", "\r\n", "\r", "\n", " .", "é"]), 0..40))
+        {
+            let email: String = parts.concat();
+            let wire = on_the_wire(&email);
+            let body = wire.strip_suffix("\r\n.\r\n").expect("closed");
+            let lines: Vec<&str> = body.split("\r\n").collect();
+            prop_assert!(lines.iter().all(|line| *line != "."));
+            let read: Vec<&str> = lines
+                .iter()
+                .map(|line| line.strip_prefix('.').unwrap_or(line))
+                .collect();
+            prop_assert_eq!(read.join("\r\n"), email);
+        }
+    }
 }
