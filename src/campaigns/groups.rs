@@ -72,14 +72,13 @@ impl Groups {
             }
             Store::Redis(conn, script) => {
                 let window = window_secs.max(1);
-                let generation = now_ms() / 1000 / window;
-                let key =
-                    |kind: &str, g: u64| format!("{}:{{campaign-groups}}:{kind}:{g}", self.prefix);
+                let current = generation(window);
+                let key = |kind: &str, g: u64| store_key(&self.prefix, kind, g);
                 let bytes = signature.to_bytes();
-                let mut call = script.key(key("b", generation));
-                call.key(key("b", generation.saturating_sub(1)))
-                    .key(key("s", generation))
-                    .key(key("s", generation.saturating_sub(1)))
+                let mut call = script.key(key("b", current));
+                call.key(key("b", current.saturating_sub(1)))
+                    .key(key("s", current))
+                    .key(key("s", current.saturating_sub(1)))
                     .arg(bytes)
                     .arg(&fresh)
                     .arg(window * 2)
@@ -92,4 +91,14 @@ impl Groups {
             }
         }
     }
+}
+
+/// The generation of the group store at this time, for groups kept `window_secs`.
+pub fn generation(window_secs: u64) -> u64 {
+    now_ms() / 1000 / window_secs.max(1)
+}
+
+/// One of the group store's hashes: `b` band -> group, `s` group -> signature.
+pub fn store_key(prefix: &str, kind: &str, generation: u64) -> String {
+    format!("{prefix}:{{campaign-groups}}:{kind}:{generation}")
 }

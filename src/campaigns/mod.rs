@@ -3,6 +3,7 @@
 //! group, its link domains), what never counts (standard texts, benign marks), and the
 //! campaigns themselves: detection, the sweep of their queued invites, and their reads.
 
+pub mod bench;
 pub mod fingerprint;
 pub mod groups;
 pub mod known;

@@ -1,5 +1,5 @@
-//! `sendguard bench`: the limiter's scripts next to a plain PING, link detection, fingerprints,
-//! the SMTP transport and the writer's batch statement.
+//! `sendguard bench`: the limiter's and the campaign groups' scripts next to a plain PING, link
+//! detection, fingerprints, the SMTP transport and the writer's batch statement.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +16,10 @@ use super::{Failure, Format};
 pub enum BenchCommand {
     /// Decisions per second of each algorithm's Redis script next to a plain PING.
     Limiter(BenchLimiterArgs),
+    /// Calls per second of the near-duplicate group script next to a plain PING, for one text
+    /// sent over and over, near-duplicates and distinct texts, and the Redis bytes each text
+    /// leaves in the group store.
+    Groups(RedisLoad),
     /// Time to find the links in a 2,000-character message (the longest an invite carries).
     Links {
         /// Calls measured per row; the median is printed.
@@ -64,16 +68,37 @@ pub enum BenchCommand {
     },
 }
 
+/// The Redis a bench measures and the load it puts on it.
 #[derive(Args)]
-pub struct BenchLimiterArgs {
+pub struct RedisLoad {
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
     /// Concurrent clients, each with its own connection.
     #[arg(long, default_value_t = 50)]
     clients: usize,
-    /// Seconds per measurement (each algorithm and each PING run).
+    /// Seconds per measurement (each row, and as long again of PING, in turns).
     #[arg(long, default_value_t = 2.5)]
     seconds: f64,
+}
+
+impl RedisLoad {
+    /// The server, the clients and the time of each row, checked.
+    fn checked(&self) -> Result<(RedisSettings, usize, Duration), Failure> {
+        if self.clients == 0 {
+            return Err("--clients must be at least 1".into());
+        }
+        let duration = Duration::try_from_secs_f64(self.seconds)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or("--seconds must be a positive number")?;
+        Ok((RedisSettings::new(&self.redis_url), self.clients, duration))
+    }
+}
+
+#[derive(Args)]
+pub struct BenchLimiterArgs {
+    #[command(flatten)]
+    load: RedisLoad,
     /// Distinct senders the decisions are spread over.
     #[arg(long, default_value_t = 10_000)]
     subjects: u64,
@@ -85,6 +110,7 @@ impl BenchCommand {
     pub async fn run(self) -> Result<(), Failure> {
         match self {
             BenchCommand::Limiter(args) => limiter(&args).await,
+            BenchCommand::Groups(load) => group_calls(&load).await,
             BenchCommand::Links { iterations } => {
                 let rows: Vec<Vec<String>> = sendguard::signals::bench::run(iterations)
                     .into_iter()
@@ -165,13 +191,14 @@ impl BenchCommand {
 }
 
 async fn limiter(args: &BenchLimiterArgs) -> Result<(), Failure> {
-    if args.clients == 0 || args.subjects < args.clients as u64 {
-        return Err("--clients must be at least 1 and at most --subjects".into());
+    let (redis, clients, duration) = args.load.checked()?;
+    if args.subjects < clients as u64 {
+        return Err("--clients must be at most --subjects".into());
     }
     let cfg = bench::BenchConfig {
-        redis: RedisSettings::new(&args.redis_url),
-        clients: args.clients,
-        duration: Duration::from_secs_f64(args.seconds),
+        redis,
+        clients,
+        duration,
         subjects: args.subjects,
     };
     let rows = bench::run(&cfg).await?;
@@ -179,6 +206,38 @@ async fn limiter(args: &BenchLimiterArgs) -> Result<(), Failure> {
         Format::Csv => print!("{}", bench::to_csv(&rows)),
         Format::Table => print!("{}", bench::to_text(&rows)),
     }
+    Ok(())
+}
+
+async fn group_calls(load: &RedisLoad) -> Result<(), Failure> {
+    let (redis, clients, duration) = load.checked()?;
+    let rows: Vec<Vec<String>> = sendguard::campaigns::bench::run(&redis, clients, duration)
+        .await?
+        .into_iter()
+        .map(|r| {
+            vec![
+                r.texts.into(),
+                r.clients.to_string(),
+                r.calls.to_string(),
+                format!("{:.0}", r.calls_per_sec),
+                format!("{:.0}", r.ping_per_sec),
+                format!("{:.2}", r.ratio_to_ping()),
+                format!("{:.1}", r.redis_us_per_call),
+                r.bytes_per_text.to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "texts",
+        "clients",
+        "calls",
+        "calls_per_sec",
+        "ping_per_sec",
+        "ratio_to_ping",
+        "redis_us_per_call",
+        "bytes_per_text",
+    ];
+    print!("{}", to_table(&header, &rows));
     Ok(())
 }
 

@@ -62,7 +62,14 @@ fn bench_member(n: u64) -> u32 {
 /// PING and decisions take turns in rounds this long: on a shared machine the speed of both
 /// drifts within seconds (other tenants' load shows as CPU steal), and short turns make each
 /// ratio compare like with like.
-const ROUND: Duration = Duration::from_millis(200);
+pub const ROUND: Duration = Duration::from_millis(200);
+
+/// `PING`s answered in `span`, each store's client sending one at a time: the ceiling other
+/// benches compare a script with, measured in turns with it.
+pub async fn pings(stores: &[RedisStore], span: Duration) -> Result<u64, LimiterError> {
+    let keys = vec![Arc::from([]); stores.len()];
+    measure(stores, &keys, Work::Ping, Span::Time(span)).await
+}
 
 pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
     // PING, MEMORY USAGE and the SCAN that removes the bench's keys each reach one node.
@@ -99,7 +106,7 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
         let round = Span::Time(cfg.duration / rounds);
         let (mut ping, mut decisions) = (0, 0);
         for _ in 0..rounds {
-            ping += measure(&stores, &keys, Work::Ping, round).await?;
+            ping += pings(&stores, cfg.duration / rounds).await?;
             decisions += measure(&stores, &keys, work, round).await?;
         }
         let bytes_per_key = match work {
@@ -214,11 +221,19 @@ async fn measure(
             Ok::<(), LimiterError>(())
         }));
     }
+    join_clients(tasks).await?;
+    Ok(done.load(Ordering::Relaxed))
+}
+
+/// Waits for every client's task: the first error, or a task that panicked, fails the run.
+pub async fn join_clients(
+    tasks: Vec<tokio::task::JoinHandle<Result<(), LimiterError>>>,
+) -> Result<(), LimiterError> {
     for task in tasks {
         task.await
             .map_err(|e| LimiterError::BadReply(format!("bench task failed: {e}")))??;
     }
-    Ok(done.load(Ordering::Relaxed))
+    Ok(())
 }
 
 /// An hourly rule with a limit nobody reaches: the benchmark measures the allowed path (the
@@ -253,23 +268,23 @@ async fn hourly_key_bytes(
                 .await?;
         }
     }
-    let mut conn = store.connection();
-    let mut bytes: u64 = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg(key.as_str())
-        .arg("SAMPLES")
-        .arg(0)
-        .query_async(&mut conn)
-        .await?;
+    let mut bytes = key_bytes(store, key.as_str()).await?;
     if algorithm == Algorithm::SlidingLog {
-        let seq: Option<u64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(format!("{}:seq", key.as_str()))
-            .query_async(&mut conn)
-            .await?;
-        bytes += seq.unwrap_or(0);
+        bytes += key_bytes(store, &format!("{}:seq", key.as_str())).await?;
     }
     Ok(bytes)
+}
+
+/// `MEMORY USAGE` of a key, every element counted (0 when it does not exist).
+pub async fn key_bytes(store: &RedisStore, key: &str) -> Result<u64, LimiterError> {
+    let used: Option<u64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut store.connection())
+        .await?;
+    Ok(used.unwrap_or(0))
 }
 
 /// `MEMORY USAGE` of every sub-window HyperLogLog of one sender after as many distinct
@@ -292,20 +307,13 @@ async fn hll_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, Limite
                 .query_async(&mut conn)
                 .await?;
         }
-        let used: Option<u64> = redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(&sub)
-            .arg("SAMPLES")
-            .arg(0)
-            .query_async(&mut conn)
-            .await?;
-        bytes += used.unwrap_or(0);
+        bytes += key_bytes(store, &sub).await?;
     }
     Ok(bytes)
 }
 
-/// Deletes every key of this run.
-async fn cleanup(store: &RedisStore, prefix: &KeyPrefix) -> Result<(), LimiterError> {
+/// Deletes every key under `prefix`.
+pub async fn cleanup(store: &RedisStore, prefix: &KeyPrefix) -> Result<(), LimiterError> {
     let mut conn = store.connection();
     let pattern = format!("{}:*", prefix.as_str());
     let mut cursor: u64 = 0;

@@ -552,19 +552,24 @@ fn signature(values: impl Fn(usize) -> u32) -> sendguard::campaigns::fingerprint
     Signature::from_bytes(&bytes).expect("a signature")
 }
 
-/// The groups in Redis: a near-duplicate joins the group of the text it matches; a text that
-/// shares a band with a group but not its signature starts its own and takes no band from it;
-/// and a group of the last generation is found and carried into this one.
+/// The groups in Redis: the same text and a near-duplicate join the group of the text they
+/// match; a text that shares a band with a group but not its signature starts its own and takes
+/// no band from it; every hash written has a lifetime; and a group of the last generation is
+/// found and carried into this one, where the generation after finds it in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not() {
     use sendguard::campaigns::fingerprint::ROWS;
-    use sendguard::campaigns::groups::Groups;
+    use sendguard::campaigns::groups::{Groups, generation, store_key};
     use sendguard::limiter::Limiter;
-    let limiter = Limiter::Redis(crate::support::redis_store().await);
-    let groups = Groups::new(&limiter, &crate::support::unique_prefix("groups"));
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix("groups");
+    let groups = Groups::new(&limiter, &prefix);
     let day = 86_400;
     let text = |n: usize| n as u32 * 7 + 1;
     let first = groups.group_of(&signature(text), day).await.expect("group");
+    let again = groups.group_of(&signature(text), day).await.expect("group");
+    assert_eq!(again, first, "the same text joins its group");
     // One value changed in every band: no band in common with the first, 48 of 64 agree.
     let one_per_band = |n: usize| {
         if n.is_multiple_of(ROWS) {
@@ -608,6 +613,14 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
         .await
         .expect("group");
     assert_ne!(apart, first, "no band in common, no candidate");
+    for kind in ["b", "s"] {
+        let key = store_key(prefix.as_str(), kind, generation(day));
+        let ttl: i64 = crate::support::query(&store, redis::cmd("TTL").arg(&key)).await;
+        assert!(
+            (1..=2 * day as i64).contains(&ttl),
+            "{key} lives two generations at most, and not for ever: TTL {ttl}"
+        );
+    }
 
     // Generations of one second: the first text comes early in one, the next in the one after
     // (waiting for a fresh second first, so that the first call cannot straddle a boundary).
@@ -632,4 +645,19 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
         .await
         .expect("group");
     assert_eq!(carried, old, "the last generation's group is found");
+    // The next generation finds it through the bands and the signature the carry wrote: this
+    // text shares no band with the first text of the group, and the last band with neither.
+    next_second(generation + 1).await;
+    let later = groups
+        .group_of(
+            &signature(|n| match n {
+                0 => 1,
+                63 => 2,
+                _ => n as u32 * 11 + 3,
+            }),
+            1,
+        )
+        .await
+        .expect("group");
+    assert_eq!(later, old, "the carried group is found a generation later");
 }
