@@ -89,11 +89,15 @@ pub async fn run(
         let rounds = (duration.as_secs_f64() / ROUND.as_secs_f64())
             .ceil()
             .max(1.0) as u32;
-        let (mut ping, mut calls) = (0, 0);
+        let span = duration / rounds;
+        let (mut ping, mut calls, mut busy) = (0, 0, Duration::ZERO);
         let before = script_time(&stores[0]).await?;
         for _ in 0..rounds {
-            ping += pings(&stores, duration / rounds).await?;
-            calls += group_calls(&groups, &texts, &next, duration / rounds).await?;
+            ping += pings(&stores, span).await?;
+            // Timed as they ran: a kind whose texts run out stops early.
+            let began = Instant::now();
+            calls += group_calls(&groups, &texts, &next, span).await?;
+            busy += began.elapsed();
         }
         let after = script_time(&stores[0]).await?;
         let bytes = store_bytes(&stores[0], &prefix).await?;
@@ -102,9 +106,10 @@ pub async fn run(
             texts: kind.name(),
             clients,
             calls,
-            calls_per_sec: calls as f64 / duration.as_secs_f64(),
+            calls_per_sec: calls as f64 / busy.as_secs_f64().max(f64::MIN_POSITIVE),
             ping_per_sec: ping as f64 / duration.as_secs_f64(),
-            redis_us_per_call: (after.1 - before.1) as f64 / (after.0 - before.0).max(1) as f64,
+            redis_us_per_call: after.usec.saturating_sub(before.usec) as f64
+                / after.calls.saturating_sub(before.calls).max(1) as f64,
             bytes_per_text: bytes / calls.max(1),
         });
     }
@@ -193,8 +198,14 @@ async fn store_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, Limi
     Ok(bytes)
 }
 
-/// Script calls Redis has run and the microseconds it spent in them, from `INFO commandstats`.
-async fn script_time(store: &RedisStore) -> Result<(u64, u64), LimiterError> {
+/// Script calls Redis has run and the microseconds it spent in them.
+struct ScriptTime {
+    calls: u64,
+    usec: u64,
+}
+
+/// The script calls' [`ScriptTime`] so far, from `INFO commandstats`.
+async fn script_time(store: &RedisStore) -> Result<ScriptTime, LimiterError> {
     let mut conn = store.connection();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -207,10 +218,12 @@ async fn script_time(store: &RedisStore) -> Result<(u64, u64), LimiterError> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    Ok(info
+    let stats = info
         .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .fold((0, 0), |(calls, usec), stats| {
-            (calls + field(stats, "calls"), usec + field(stats, "usec"))
-        }))
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or("");
+    Ok(ScriptTime {
+        calls: field(stats, "calls"),
+        usec: field(stats, "usec"),
+    })
 }

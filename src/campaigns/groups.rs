@@ -18,6 +18,9 @@ use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
 
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
 const MEMORY_TEXTS: usize = 100_000;
+/// How far past the end of its last generation read a generation's hashes live: instances take
+/// the generation from their own clocks, and Redis expires keys by its own.
+const CLOCK_SLACK_SECS: u64 = 60;
 
 #[derive(Clone)]
 pub struct Groups {
@@ -81,7 +84,7 @@ impl Groups {
                     .key(key("s", current.saturating_sub(1)))
                     .arg(bytes)
                     .arg(&fresh)
-                    .arg(window * 2)
+                    .arg(expires_at(current, window))
                     .arg(AGREEING);
                 for band in signature.bands() {
                     call.arg(band);
@@ -96,6 +99,13 @@ impl Groups {
 /// The generation of the group store at this time, for groups kept `window_secs`.
 pub fn generation(window_secs: u64) -> u64 {
     now_ms() / 1000 / window_secs.max(1)
+}
+
+/// When the hashes of generation `g` expire (Unix seconds): once the generation after it, which
+/// reads them as the last one, is over. Every write sets the same time, so a generation's texts
+/// live one to two windows, however late in it they came.
+fn expires_at(g: u64, window_secs: u64) -> u64 {
+    (g + 2) * window_secs + CLOCK_SLACK_SECS
 }
 
 /// One of the group store's hashes: `b` band -> group, `s` group -> signature.

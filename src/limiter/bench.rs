@@ -103,11 +103,11 @@ pub async fn run(cfg: &BenchConfig) -> Result<Vec<BenchRow>, LimiterError> {
         let rounds = (cfg.duration.as_secs_f64() / ROUND.as_secs_f64())
             .ceil()
             .max(1.0) as u32;
-        let round = Span::Time(cfg.duration / rounds);
+        let span = cfg.duration / rounds;
         let (mut ping, mut decisions) = (0, 0);
         for _ in 0..rounds {
-            ping += pings(&stores, cfg.duration / rounds).await?;
-            decisions += measure(&stores, &keys, work, round).await?;
+            ping += pings(&stores, span).await?;
+            decisions += measure(&stores, &keys, work, Span::Time(span)).await?;
         }
         let bytes_per_key = match work {
             Work::Decide(a) => Some(hourly_key_bytes(&stores[0], &prefix, a).await?),

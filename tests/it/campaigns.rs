@@ -613,13 +613,16 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
         .await
         .expect("group");
     assert_ne!(apart, first, "no band in common, no candidate");
-    for kind in ["b", "s"] {
-        let key = store_key(prefix.as_str(), kind, generation(day));
+    // Every hash written expires once the next generation is over, a minute's slack for clocks.
+    let expires = async |key: String, window: u64| {
         let ttl: i64 = crate::support::query(&store, redis::cmd("TTL").arg(&key)).await;
         assert!(
-            (1..=2 * day as i64).contains(&ttl),
+            (1..=2 * window as i64 + 60).contains(&ttl),
             "{key} lives two generations at most, and not for ever: TTL {ttl}"
         );
+    };
+    for kind in ["b", "s"] {
+        expires(store_key(prefix.as_str(), kind, generation(day)), day).await;
     }
 
     // Generations of one second: the first text comes early in one, the next in the one after
@@ -631,33 +634,50 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
         }
     };
     next_second(second()).await;
-    let generation = second();
+    let start = second();
+    // The group's first text; the next two agree with it on exactly 43 of 64 values, the least
+    // that matches, and with each other on 22: the third can join only through the first
+    // text's signature.
+    let first_text = |n: usize| n as u32 * 11 + 3;
     let old = groups
-        .group_of(&signature(|n| n as u32 * 11 + 3), 1)
+        .group_of(&signature(first_text), 1)
         .await
         .expect("group");
-    next_second(generation).await;
+    next_second(start).await;
+    // Values 0-20 changed: it shares bands 6-15 with the first text.
     let carried = groups
         .group_of(
-            &signature(|n| if n == 0 { 1 } else { n as u32 * 11 + 3 }),
-            1,
-        )
-        .await
-        .expect("group");
-    assert_eq!(carried, old, "the last generation's group is found");
-    // The next generation finds it through the bands and the signature the carry wrote: this
-    // text shares no band with the first text of the group, and the last band with neither.
-    next_second(generation + 1).await;
-    let later = groups
-        .group_of(
-            &signature(|n| match n {
-                0 => 1,
-                63 => 2,
-                _ => n as u32 * 11 + 3,
+            &signature(|n| {
+                if n < 21 {
+                    500_000 + n as u32
+                } else {
+                    first_text(n)
+                }
             }),
             1,
         )
         .await
         .expect("group");
-    assert_eq!(later, old, "the carried group is found a generation later");
+    assert_eq!(carried, old, "the last generation's group is found");
+    expires(store_key(prefix.as_str(), "s", start + 1), 1).await;
+    // Values 43-63 changed: it shares bands 0-9 with the first text, of which 6-9 are in the
+    // generation the carry wrote; the first text's own generation is no longer read.
+    next_second(start + 1).await;
+    let later = groups
+        .group_of(
+            &signature(|n| {
+                if n >= 43 {
+                    600_000 + n as u32
+                } else {
+                    first_text(n)
+                }
+            }),
+            1,
+        )
+        .await
+        .expect("group");
+    assert_eq!(
+        later, old,
+        "the carried group, with its first text's signature, is found a generation later"
+    );
 }

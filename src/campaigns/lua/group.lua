@@ -2,12 +2,13 @@
 -- KEYS[1], KEYS[2]: band -> group, this generation and the last one.
 -- KEYS[3], KEYS[4]: group -> signature, this generation and the last one.
 -- ARGV[1]: the text's signature (a version byte, then 4 bytes per value); ARGV[2]: the id of a
--- new group (64 random bits: never one already taken); ARGV[3]: the keys' lifetime in seconds,
--- two generations; ARGV[4]: the values that must agree for a match; ARGV[5..]: the text's bands.
+-- new group (64 random bits); ARGV[3]: when this generation's keys expire (Unix seconds: after
+-- the next generation, which reads them as its last); ARGV[4]: the values that must agree for a
+-- match; ARGV[5..]: the text's bands.
 -- The bands of each generation are read in one call and the new ones written in one (16 bands
 -- took 50 calls). Nothing is read or written that the answer does not need: a campaign's
--- payload sent as it is reads this generation's bands and its group's signature, and writes
--- nothing.
+-- payload sent as it is, once its group holds all of its bands in this generation, reads the
+-- bands and the group's signature, and writes nothing.
 local sig = ARGV[1]
 local needed = tonumber(ARGV[4])
 local bands = { unpack(ARGV, 5) }
@@ -25,7 +26,7 @@ local mine = nil
 
 local function agreement(other)
   -- The same text again (a campaign's payload as it is): Lua's strings are interned, so this is
-  -- one comparison of two pointers where unpacking and comparing took 128 values.
+  -- a comparison of two pointers where unpacking and comparing took 128 values.
   if other == sig then
     return values
   end
@@ -75,12 +76,11 @@ for n = 1, #bands do
 end
 
 -- The group keeps the signature of the text that started it, carried into each generation. A
--- key gets its lifetime when written: read for two generations from the first write, it
--- outlives both.
+-- key gets its expiry when written, the same time at every write of its generation.
 local id = found or ARGV[2]
 if not found or carried[id] then
   redis.call('HSET', KEYS[3], id, carried[id] or sig)
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
+  redis.call('EXPIREAT', KEYS[3], ARGV[3])
 end
 -- A band already taken in this generation keeps its group.
 local claims = {}
@@ -92,6 +92,6 @@ for n = 1, #bands do
 end
 if #claims > 0 then
   redis.call('HSET', KEYS[1], unpack(claims))
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('EXPIREAT', KEYS[1], ARGV[3])
 end
 return id
