@@ -57,7 +57,7 @@ impl Groups {
         signature: &Signature,
         window_secs: u64,
     ) -> Result<String, LimiterError> {
-        let fresh = format!("{:016x}", rand::random::<u64>());
+        let fresh = rand::random::<u64>();
         match &self.store {
             Store::Memory(index) => {
                 let mut guard = index.lock().unwrap_or_else(|e| e.into_inner());
@@ -69,28 +69,30 @@ impl Groups {
                     *index = Index::new();
                     *texts = 0;
                 }
-                index.insert(signature.clone(), fresh.clone());
+                let id = group_id(fresh);
+                index.insert(signature.clone(), id.clone());
                 *texts += 1;
-                Ok(fresh)
+                Ok(id)
             }
             Store::Redis(conn, script) => {
                 let window = window_secs.max(1);
                 let current = generation(window);
                 let key = |kind: &str, g: u64| store_key(&self.prefix, kind, g);
-                let bytes = signature.to_bytes();
-                let mut call = script.key(key("b", current));
-                call.key(key("b", current.saturating_sub(1)))
-                    .key(key("s", current))
-                    .key(key("s", current.saturating_sub(1)))
-                    .arg(bytes)
-                    .arg(&fresh)
+                let mut call = script.key(key(BAND_GROUPS, current));
+                call.key(key(BAND_GROUPS, current.saturating_sub(1)))
+                    .key(key(SIGNATURES, current))
+                    .key(key(SIGNATURES, current.saturating_sub(1)))
+                    .arg(signature.compact_bytes())
+                    .arg(&fresh.to_be_bytes()[..])
                     .arg(expires_at(current, window))
                     .arg(AGREEING);
                 for band in signature.bands() {
-                    call.arg(band);
+                    call.arg(&band.to_le_bytes()[..]);
                 }
-                let id: String = call.invoke_async(&mut conn.clone()).await?;
-                Ok(id)
+                let id: Vec<u8> = call.invoke_async(&mut conn.clone()).await?;
+                let id = <[u8; 8]>::try_from(id.as_slice())
+                    .map_err(|_| LimiterError::BadReply(format!("a group id of {id:?}")))?;
+                Ok(group_id(u64::from_be_bytes(id)))
             }
         }
     }
@@ -108,7 +110,17 @@ fn expires_at(g: u64, window_secs: u64) -> u64 {
     (g + 2) * window_secs + CLOCK_SLACK_SECS
 }
 
-/// One of the group store's hashes: `b` band -> group, `s` group -> signature.
+/// A group's id as counts and campaigns name it: 16 hexadecimal digits.
+fn group_id(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// The group store's hash of band -> group.
+pub const BAND_GROUPS: &str = "bands";
+/// The group store's hash of group -> signature.
+pub const SIGNATURES: &str = "signatures";
+
+/// One of the group store's hashes, [`BAND_GROUPS`] or [`SIGNATURES`].
 pub fn store_key(prefix: &str, kind: &str, generation: u64) -> String {
     format!("{prefix}:{{campaign-groups}}:{kind}:{generation}")
 }

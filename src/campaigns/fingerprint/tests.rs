@@ -60,6 +60,21 @@ fn signatures_round_trip_through_bytes() {
 }
 
 #[test]
+fn the_compact_form_keeps_each_values_low_bits() {
+    let signature = Signature::of("your parcel is waiting call # to claim it");
+    let (full, compact) = (signature.to_bytes(), signature.compact_bytes());
+    assert_eq!(compact.len(), 1 + 2 * VALUES);
+    assert_eq!(compact[0], VERSION);
+    for n in 0..VALUES {
+        assert_eq!(
+            compact[1 + 2 * n..3 + 2 * n],
+            full[1 + 4 * n..3 + 4 * n],
+            "value {n}"
+        );
+    }
+}
+
+#[test]
 fn signatures_are_fixed_in_the_code() {
     // A change here changes every stored signature: bump VERSION.
     let signature = Signature::of("your parcel is waiting call # to claim it");

@@ -1,10 +1,11 @@
 -- The near-duplicate group of one text (src/campaigns/groups.rs).
 -- KEYS[1], KEYS[2]: band -> group, this generation and the last one.
 -- KEYS[3], KEYS[4]: group -> signature, this generation and the last one.
--- ARGV[1]: the text's signature (a version byte, then 4 bytes per value); ARGV[2]: the id of a
--- new group (64 random bits); ARGV[3]: when this generation's keys expire (Unix seconds: after
--- the next generation, which reads them as its last); ARGV[4]: the values that must agree for a
--- match; ARGV[5..]: the text's bands.
+-- ARGV[1]: the text's signature (a version byte, then each value's low 2 bytes); ARGV[2]: the
+-- id of a new group (8 random bytes); ARGV[3]: when this generation's keys expire (Unix seconds:
+-- after the next generation, which reads them as its last); ARGV[4]: the values that must agree
+-- for a match; ARGV[5..]: the text's bands (8 bytes each). Bands, ids and signatures are bytes,
+-- not text: as hash fields and values of a few bytes each, every byte of a string counts.
 -- The bands of each generation are read in one call and the new ones written in one (16 bands
 -- took 50 calls). Nothing is read or written that the answer does not need: a campaign's
 -- payload sent as it is, once its group holds all of its bands in this generation, reads the
@@ -19,8 +20,8 @@ local last = nil
 -- The values are compared as numbers, each signature unpacked in one call: compared as
 -- substrings, each candidate cost 128 new strings, and the script took 0.25 ms of Redis a call
 -- at 1,000 invites/s (0.16 ms after, docs/PERFORMANCE.md).
-local values = (#sig - 1) / 4
-local layout = '<' .. string.rep('I4', values)
+local values = (#sig - 1) / 2
+local layout = '<' .. string.rep('I2', values)
 -- Unpacked only when a candidate needs it: most texts find none.
 local mine = nil
 
