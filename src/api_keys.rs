@@ -2,13 +2,12 @@
 
 use std::time::Duration;
 
-use rand::RngCore;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use crate::audit::{self, Entry};
 use crate::cache::TtlCache;
+use crate::tokens::{hash, random_hex};
 
 /// Prefix of every key, so a leaked one is easy to recognise in logs and scanners.
 const KEY_PREFIX: &str = "sg_";
@@ -21,10 +20,6 @@ pub fn well_formed(key: &str) -> bool {
     })
 }
 
-fn hash(key: &str) -> Vec<u8> {
-    Sha256::digest(key.as_bytes()).to_vec()
-}
-
 /// Creates a key named `name` for app `app_id` on behalf of `actor` and returns it; only its
 /// hash is stored.
 pub async fn create(
@@ -33,9 +28,7 @@ pub async fn create(
     app_id: i64,
     actor: &str,
 ) -> Result<String, sqlx::Error> {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    let key = format!("{KEY_PREFIX}{}", hex::encode(bytes));
+    let key = format!("{KEY_PREFIX}{}", random_hex());
     let mut tx = pool.begin().await?;
     sqlx::query("INSERT INTO api_keys (name, key_hash, app_id) VALUES ($1, $2, $3)")
         .bind(name)

@@ -207,7 +207,8 @@ pub struct Config {
 
     /// Days a sender counts as new for `new_senders_only` rules (age from the invite's
     /// `sender_created_at`, else from when sendguard first saw the sender).
-    #[arg(long, env = "SENDGUARD_NEW_SENDER_DAYS", default_value_t = 7)]
+    #[arg(long, env = "SENDGUARD_NEW_SENDER_DAYS", default_value_t = 7,
+          value_parser = clap::value_parser!(i64).range(0..=3650))]
     pub new_sender_days: i64,
 
     /// Seconds a queued invite of a sender who is not trusted waits before it is sent, so that
@@ -266,7 +267,8 @@ pub struct Config {
     pub outbox_flushed_commits: bool,
 
     /// How long a worker may hold a claimed invite before another instance takes it over.
-    #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60)]
+    #[arg(long, env = "SENDGUARD_MAIL_LEASE_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub mail_lease_secs: u64,
 
     /// Days of history kept: a week of invites wholly older is dropped (its invites still

@@ -69,6 +69,15 @@ fn options(url: &str, part: &str) -> Result<PgConnectOptions, DbError> {
 }
 
 /// A pool sized for this machine, on a database that exists and is migrated.
+/// What a request told [`refused_text`] hears.
+pub const REFUSED_TEXT: &str = "the request holds a NUL character, which nothing here can hold";
+
+/// Postgres refused a text it cannot store (a NUL character): the input's fault, never an
+/// outage of the database.
+pub fn refused_text(e: &sqlx::Error) -> bool {
+    (e.as_database_error().and_then(|d| d.code())).is_some_and(|code| code == "22021")
+}
+
 pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
     create_if_missing(url).await?;
     let pool = PgPoolOptions::new()

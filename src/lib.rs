@@ -32,6 +32,7 @@ pub mod rules;
 pub mod sender_key;
 pub mod signals;
 pub mod startup;
+mod tokens;
 pub mod urls;
 pub mod webhooks;
 
@@ -157,7 +158,10 @@ fn router(
     let probes = Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/api/openapi.json", get(openapi::serve))
+        .route(
+            "/api/openapi.json",
+            get(openapi::serve).fallback(http::method_not_allowed),
+        )
         .layer(guard(by_client(), OPS_IN_FLIGHT, body(FORM_BODY)));
     let headers = http::SecurityHeaders {
         hsts: cfg.public_url.starts_with("https://"),

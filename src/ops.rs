@@ -12,6 +12,7 @@ use tokio::sync::Mutex;
 
 use crate::appeals;
 use crate::limiter::Limiter;
+use crate::mail;
 use crate::metrics::Metrics;
 use crate::moderation;
 
@@ -35,10 +36,6 @@ struct Read {
 /// How long gauges read from Postgres are served before they are read again.
 const GAUGES_FOR: Duration = Duration::from_secs(5);
 
-/// The outbox's depth and the age of its oldest invite, read from the outbox's own table.
-pub const GAUGES: &str = "SELECT count(*),
-         COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM outbox";
-
 /// Name, help text (without its final period, which the encoder adds) and value.
 type Gauge = (&'static str, &'static str, f64);
 
@@ -60,7 +57,7 @@ impl Ops {
         {
             return read.gauges.clone();
         }
-        let outbox: Option<(i64, f64)> = sqlx::query_as(GAUGES).fetch_one(&self.pool).await.ok();
+        let outbox = mail::outbox_state(&self.pool).await.ok();
         // The count the dashboard's overview shows, by the same definition.
         let awaiting = moderation::senders::awaiting_review(&self.pool).await.ok();
         let appeals = appeals::waiting(&self.pool).await.ok();

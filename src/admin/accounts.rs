@@ -6,13 +6,12 @@ use std::sync::{Arc, OnceLock};
 use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use rand::RngCore;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
 use crate::audit::{self, Entry};
+use crate::tokens::{self, random_hex};
 
 /// Sessions end after this long, however active.
 pub const SESSION_HOURS: i64 = 8;
@@ -69,16 +68,6 @@ pub struct Session {
     pub username: String,
     pub role: Role,
     pub csrf_token: String,
-}
-
-pub(crate) fn random_hex() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    hex::encode(bytes)
-}
-
-fn token_hash(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
 }
 
 /// A name an account may have: 1 to 64 ASCII letters, digits, `_`, `.` or `-`, and not the
@@ -356,7 +345,7 @@ pub async fn open_session(pool: &PgPool, admin_id: i64) -> Result<String, sqlx::
         "INSERT INTO admin_sessions (token_hash, admin_id, csrf_token, expires_at)
          VALUES ($1, $2, $3, now() + make_interval(hours => $4))",
     )
-    .bind(token_hash(&token))
+    .bind(tokens::hash(&token))
     .bind(admin_id)
     .bind(random_hex())
     .bind(SESSION_HOURS as i32)
@@ -384,7 +373,7 @@ pub async fn session(pool: &PgPool, token: &str) -> Result<Option<Session>, sqlx
            AND s.last_seen_at > now() - make_interval(mins => $3)
          RETURNING a.id AS admin_id, a.username, a.role, s.csrf_token",
     )
-    .bind(token_hash(token))
+    .bind(tokens::hash(token))
     .bind(SESSION_HOURS as i32)
     .bind(IDLE_MINUTES as i32)
     .fetch_optional(pool)
@@ -404,7 +393,7 @@ pub async fn log_out(pool: &PgPool, token: &str) -> Result<(), sqlx::Error> {
         "DELETE FROM admin_sessions WHERE token_hash = $1
              OR created_at < now() - make_interval(hours => $2)",
     )
-    .bind(token_hash(token))
+    .bind(tokens::hash(token))
     .bind(SESSION_HOURS as i32)
     .execute(pool)
     .await?;

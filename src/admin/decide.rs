@@ -105,7 +105,7 @@ pub(super) async fn review_sender(
     let current = senders::find(&dashboard.pool, &key)
         .await?
         .ok_or_else(|| AdminError::NotFound(format!("No sender `{id}` of {app}.")))?;
-    let state: SenderState = current.state.parse().map_err(AdminError::BadForm)?;
+    let state: SenderState = current.state.parse().map_err(AdminError::Internal)?;
     let held = form.held.unwrap_or(current.held_stored);
     // A form of an older page is answered by the version check of `apply`, with its own
     // message; a current one must name a decision that applies, and confirm one that sends

@@ -92,6 +92,12 @@ struct MessagePage {
 
 impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
+        if let AdminError::Db(e) = &self
+            && crate::db::refused_text(e)
+        {
+            return AdminError::BadForm(format!("Refused: {}.", crate::db::REFUSED_TEXT))
+                .into_response();
+        }
         let (status, heading) = match &self {
             AdminError::LoggedOut => return Redirect::to("/admin/login").into_response(),
             AdminError::Csrf => (StatusCode::FORBIDDEN, "Form refused"),

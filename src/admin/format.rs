@@ -258,12 +258,11 @@ pub fn outcomes(bounces: i64, complaints: i64) -> String {
     )
 }
 
+/// A rule's window for reading: `1 d`, `90 min`.
 pub fn window(secs: i64) -> String {
-    match secs {
-        s if s % 86_400 == 0 => format!("{} d", s / 86_400),
-        s if s % 3600 == 0 => format!("{} h", s / 3600),
-        s if s % 60 == 0 => format!("{} min", s / 60),
-        s => format!("{s} s"),
+    match crate::rules::edit::window_unit(secs) {
+        (count, "m") => format!("{count} min"),
+        (count, unit) => format!("{count} {unit}"),
     }
 }
 

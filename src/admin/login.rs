@@ -34,7 +34,7 @@ fn login_form(
     error: Option<String>,
     status: StatusCode,
 ) -> Response {
-    let token = accounts::random_hex();
+    let token = crate::tokens::random_hex();
     let cookies = Cookies::of(dashboard);
     let page = LoginPage {
         layout: Layout::logged_out(token.clone()),

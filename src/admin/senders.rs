@@ -18,10 +18,10 @@ use super::session::Admin;
 use crate::audit;
 use crate::limiter::Check;
 use crate::moderation::SenderState;
-use crate::moderation::review::ReviewAction;
+use crate::moderation::review::{self, ReviewAction};
 use crate::moderation::senders::{self, Sender, SentInvite};
 use crate::moderation::terms::{self, Term};
-use crate::rules::{self, Scope, Signal};
+use crate::rules::Signal;
 use crate::sender_key::SenderKey;
 use crate::urls::component;
 
@@ -327,31 +327,16 @@ pub(super) struct SenderPage {
 
 /// The live counters of the sender-scoped rules, read without counting (cost 0).
 async fn counters(dashboard: &Dashboard, sender: &SenderKey) -> (Vec<CounterView>, Option<String>) {
-    let rules: Vec<_> = dashboard
-        .rules
-        .all()
-        .into_iter()
-        .filter(|r| r.scope == Scope::Sender)
-        .collect();
-    let keys: Vec<_> = rules
-        .iter()
-        .map(|r| {
-            dashboard
-                .keys
-                .key(&rules::sender_subject(sender), &r.name, &r.quota)
-        })
-        .collect();
-    let checks: Vec<Check<'_>> = rules
-        .iter()
-        .zip(&keys)
+    let counters = review::own_counters(&dashboard.rules, &dashboard.keys, sender);
+    let checks: Vec<Check<'_>> = (counters.iter())
         .map(|(r, key)| Check::new(key, &r.quota, 0))
         .collect();
     match dashboard.limiter.check_batch(&checks, None).await {
         Ok(decisions) => (
-            rules
+            counters
                 .iter()
                 .zip(decisions)
-                .map(|(r, d)| CounterView {
+                .map(|((r, _), d)| CounterView {
                     rule: r.name.clone(),
                     signal: r.signal.words(),
                     count: d.count,

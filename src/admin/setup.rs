@@ -28,7 +28,7 @@ pub struct SetupLink {
 impl SetupLink {
     /// Creates a fresh token and returns it.
     pub fn issue(&self) -> String {
-        let token = accounts::random_hex();
+        let token = crate::tokens::random_hex();
         *self.pending.lock().unwrap_or_else(PoisonError::into_inner) =
             Some((token.clone(), Instant::now() + VALID_FOR));
         token

@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::{AppealError, Standing};
 use crate::http::{ApiError, ApiKey, Problem, RetryAfter, json_object, require_json};
 use crate::invites::validate::{free_text, sender_id_is_valid};
+use crate::moderation::SenderState;
 use crate::sender_key::SenderKey;
 
 /// The fields of [`AppealRequest`].
@@ -203,12 +204,11 @@ pub enum AppealStatus {
 
 impl SenderStanding {
     fn from_stored(s: Standing) -> Option<SenderStanding> {
-        let state = match s.state.as_str() {
-            "active" => StateName::Active,
-            "shadow_banned" => StateName::ShadowBanned,
-            "banned" => StateName::Banned,
-            "trusted" => StateName::Trusted,
-            _ => return None,
+        let state = match s.state.parse::<SenderState>().ok()? {
+            SenderState::Active => StateName::Active,
+            SenderState::ShadowBanned => StateName::ShadowBanned,
+            SenderState::Banned => StateName::Banned,
+            SenderState::Trusted => StateName::Trusted,
         };
         let appeal = match (s.appeal_id, s.appeal_status.as_deref()) {
             (Some(id), Some(status)) => Some(AppealView {
@@ -260,10 +260,13 @@ pub async fn sender(
     key: ApiKey,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SenderStanding>, ApiError> {
-    // A segment that does not decode to text names no sender.
+    // A segment that does not decode to text, or to an id no sender can have, names no sender.
     let Ok(Path(sender_id)) = path else {
         return Err(ApiError::NotFound);
     };
+    if sender_id_is_valid(&sender_id).is_err() {
+        return Err(ApiError::NotFound);
+    }
     let sender = SenderKey::new(key.app_id, sender_id);
     super::standing(&api.pool, &sender)
         .await?

@@ -121,6 +121,9 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
+        if crate::db::refused_text(&e) {
+            return ApiError::BadRequest(crate::db::REFUSED_TEXT.into());
+        }
         ApiError::Unavailable {
             detail: "the database is unavailable; retry later".into(),
             cause: Some(e.to_string()),
@@ -135,7 +138,9 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "Bad request"),
             ApiError::Invalid { .. }
             | ApiError::Unprocessable(_)
-            | ApiError::UnknownField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid invite"),
+            | ApiError::UnknownField { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "Unprocessable content")
+            }
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "Body too large"),
             ApiError::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported media type")

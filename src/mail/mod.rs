@@ -36,7 +36,7 @@ use crate::recipients::{LinkKey, Purpose};
 pub use failure::MailError;
 use handoff::Handed;
 pub use handoff::{Handoff, Slot};
-pub use queries::{CLAIM, MARK_SENT, SUPPRESS};
+pub use queries::{CLAIM, MARK_SENT, OUTBOX_STATE, SUPPRESS};
 use queries::{RELEASE, RENEW};
 use render::{Content, Envelope};
 pub use retry::RETRY;
@@ -54,6 +54,11 @@ const MARKS_AT_ONCE: usize = 256;
 /// meanwhile go out together in the next. At 1,000 invites a second a mark had a commit of its
 /// own, a statement and a round trip for each delivered invite; now about 5 share one.
 const MARK_GATHER: Duration = Duration::from_millis(5);
+
+/// The outbox's depth and the age of its oldest invite in seconds.
+pub async fn outbox_state(pool: &sqlx::PgPool) -> Result<(i64, f64), sqlx::Error> {
+    sqlx::query_as(OUTBOX_STATE).fetch_one(pool).await
+}
 
 /// An invite as the outbox reads it.
 #[derive(Debug, Clone, sqlx::FromRow)]

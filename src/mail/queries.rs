@@ -62,3 +62,7 @@ pub(super) const RENEW: &str =
 /// Releases what a stopping worker (`$1`) claimed and did not send, for the other instances.
 pub(super) const RELEASE: &str =
     "UPDATE outbox SET claimed_by = NULL, next_attempt_at = now() WHERE claimed_by = $1";
+
+/// The outbox's depth and the age of its oldest invite in seconds, read from its own table.
+pub const OUTBOX_STATE: &str = "SELECT count(*),
+         COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM outbox";

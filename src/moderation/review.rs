@@ -11,7 +11,7 @@ pub use super::review_action::ReviewAction;
 use super::terms::{self, Ladder, Term};
 use crate::audit::{self, Entry};
 use crate::limiter::{KeyPrefix, LimitKey, Limiter, LimiterError, Quota};
-use crate::rules::{self, RuleCache, Scope};
+use crate::rules::{self, Rule, RuleCache};
 use crate::sender_key::SenderKey;
 
 /// One admin decision about one sender.
@@ -360,16 +360,30 @@ pub(super) async fn clear_counters(
     .fetch_all(pool)
     .await?;
     let tripped: BTreeSet<String> = tripped.into_iter().collect();
-    let subject = rules::sender_subject(sender);
-    let to_clear: Vec<(LimitKey, Quota)> = rules
-        .all()
+    let to_clear: Vec<(Rule, LimitKey)> = own_counters(rules, keys, sender)
         .into_iter()
-        .filter(|r| r.scope == Scope::Sender && tripped.contains(&r.name))
-        .map(|rule| (keys.key(&subject, &rule.name, &rule.quota), rule.quota))
+        .filter(|(rule, _)| tripped.contains(&rule.name))
         .collect();
-    let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(k, q)| (k, q)).collect();
+    let pairs: Vec<(&LimitKey, &Quota)> = to_clear.iter().map(|(r, k)| (k, &r.quota)).collect();
     limiter.clear(&pairs).await?;
     Ok(())
+}
+
+/// The sender's own counters: each rule that counts per sender, with its key for this sender.
+/// A counter other senders share is never one of them.
+pub fn own_counters(
+    rules: &RuleCache,
+    keys: &KeyPrefix,
+    sender: &SenderKey,
+) -> Vec<(Rule, LimitKey)> {
+    let subject = rules::sender_subject(sender);
+    (rules.all().into_iter())
+        .filter(|rule| !rule.scope.is_shared())
+        .map(|rule| {
+            let key = keys.key(&subject, &rule.name, &rule.quota);
+            (rule, key)
+        })
+        .collect()
 }
 
 /// A reviewer's private note on a sender, kept with the sender and in the audit log.

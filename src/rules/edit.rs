@@ -101,14 +101,19 @@ pub fn parse_window(text: &str) -> Option<i64> {
     number.parse::<i64>().ok()?.checked_mul(unit)
 }
 
+/// A window in its largest whole unit: the count, and the unit as the rules file writes it
+/// (`d`, `h`, `m` or `s`).
+pub fn window_unit(secs: i64) -> (i64, &'static str) {
+    [(86_400, "d"), (3600, "h"), (60, "m")]
+        .into_iter()
+        .find(|(unit, _)| secs % unit == 0)
+        .map_or((secs, "s"), |(unit, name)| (secs / unit, name))
+}
+
 /// A window as the rules file writes it: in its largest whole unit.
 pub fn window_text(secs: i64) -> String {
-    match secs {
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
+    let (count, unit) = window_unit(secs);
+    format!("{count}{unit}")
 }
 
 /// Longest window a rule may have: thirty days.

@@ -247,7 +247,8 @@ async fn an_appeals_text_is_checked_like_a_message() {
 }
 
 /// Each app reads only its own senders: another app's sender, or one never seen, is a 404 by
-/// the same single query; an id with a slash is one path segment.
+/// the same single query; an id with a slash is one path segment; an id no sender can have (a
+/// NUL, which the database refuses in text) is a 404 too, not an outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_reads_only_its_own_senders() {
     let stage = Stage::new("standing").await;
@@ -277,6 +278,7 @@ async fn an_app_reads_only_its_own_senders() {
         (&stage.api, "bo"),
         (&stage.api, "nobody"),
         (&other, "nobody"),
+        (&stage.api, "no\u{0}body"),
     ] {
         let (status, body) = api.standing(id).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{id}: {body}");

@@ -405,6 +405,12 @@ async fn the_dashboard_keeps_apps_apart() {
     );
     let (_, page) = get(format!("{base}/admin/senders/drawbox/u_1")).await;
     assert!(page.contains("of drawbox"), "{page}");
+    // A NUL, which no sender id can hold: refused as input, never shown as an outage.
+    for path in ["/admin/senders?id=u%00_1", "/admin/senders/drawbox/u%00_1"] {
+        let (status, body) = get(format!("{base}{path}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert!(body.contains("NUL"), "{path}: {body}");
+    }
 
     sqlx::query(
         "INSERT INTO suppressions (app_id, recipient)

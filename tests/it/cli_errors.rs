@@ -107,6 +107,33 @@ async fn a_rules_file_mistake_points_at_the_fix() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A setting out of its range stops `serve` before it starts, naming the setting: a new-sender
+/// age of a billion days used to overflow the date arithmetic of every invite.
+#[test]
+fn a_setting_out_of_range_is_named() {
+    for (name, value, flag) in [
+        (
+            "SENDGUARD_NEW_SENDER_DAYS",
+            "200000000000",
+            "--new-sender-days",
+        ),
+        ("SENDGUARD_NEW_SENDER_DAYS", "-1", "--new-sender-days"),
+        (
+            "SENDGUARD_MAIL_LEASE_SECS",
+            "18446744073709551615",
+            "--mail-lease-secs",
+        ),
+    ] {
+        let output = cli("postgres://unused", &["serve"], &[(name, value)]);
+        assert!(!output.status.success(), "{name}={value}");
+        assert!(
+            stderr(&output).contains(flag),
+            "{name}={value}: {}",
+            stderr(&output)
+        );
+    }
+}
+
 /// Positional arguments are described in `--help`.
 #[test]
 fn positional_arguments_are_described() {

@@ -419,7 +419,10 @@ async fn the_outbox_gauges_read_only_the_invites_waiting() {
     let seed = waiting(1000);
     let seed: Vec<&str> = seed.iter().map(String::as_str).collect();
     let (_db, pool) = migrated("explain-gauges", &seed).await;
-    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sendguard::ops::GAUGES);
+    let explain = format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        sendguard::mail::OUTBOX_STATE
+    );
     let plan: Value = sqlx::query_scalar(&explain)
         .fetch_one(&pool)
         .await

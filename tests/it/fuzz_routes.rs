@@ -160,7 +160,7 @@ fn no_input_breaks_a_route() {
                 (resp.status().as_u16(), problem, ROUTES[route])
             });
             prop_assert!(status < 500, "{} answered {}", path, status);
-            if path.starts_with("/api/v1/") && (400..500).contains(&status) {
+            if path.starts_with("/api/") && (400..500).contains(&status) {
                 prop_assert!(problem, "{} answered {} without problem+json", path, status);
             }
             Ok(())
@@ -184,6 +184,23 @@ fn the_openapi_description_is_served_and_lists_every_route() {
             .expect("json")
     });
     assert_eq!(doc["openapi"], "3.1.0");
+    // Under /api/ a method the path does not take is a problem too.
+    let (status, kind) = rt.block_on(async {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/api/openapi.json", t.base))
+            .send()
+            .await
+            .expect("post");
+        (
+            resp.status().as_u16(),
+            resp.headers().get("content-type").cloned(),
+        )
+    });
+    assert_eq!(status, 405);
+    assert_eq!(
+        kind.as_ref().and_then(|v| v.to_str().ok()),
+        Some("application/problem+json")
+    );
     for path in [
         "/api/v1/invites",
         "/api/v1/events",
