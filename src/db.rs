@@ -33,7 +33,7 @@ pub async fn missing(url: &str) -> Result<Option<String>, DbError> {
 }
 
 /// Creates the database named in `url` when it does not exist yet.
-pub async fn create_if_missing(url: &str) -> Result<(), DbError> {
+async fn create_if_missing(url: &str) -> Result<(), DbError> {
     let Some(name) = missing(url).await? else {
         return Ok(());
     };

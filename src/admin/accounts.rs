@@ -16,7 +16,7 @@ use crate::tokens::{self, random_hex};
 /// Sessions end after this long, however active.
 pub const SESSION_HOURS: i64 = 8;
 /// Sessions end after this long without a request.
-pub const IDLE_MINUTES: i64 = 30;
+const IDLE_MINUTES: i64 = 30;
 const MIN_PASSWORD: usize = 12;
 
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ impl InviteService {
     /// lift that committed while Redis was being asked is not overtaken by a verdict made
     /// before it, and is met without asking the rules again (a batch that fails to commit is
     /// asked again, and counted twice).
-    pub async fn recheck_deferred(&self) -> Result<usize, InviteError> {
+    async fn recheck_deferred(&self) -> Result<usize, InviteError> {
         let mut tx = self.pool.begin().await?;
         let rows = store::claim_deferred(&mut tx, BATCH).await?;
         let mut answered = Vec::with_capacity(rows.len());

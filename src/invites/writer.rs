@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::moderation::SenderState;
 
 /// The most invites one transaction writes.
-pub const MAX_BATCH: usize = 256;
+const MAX_BATCH: usize = 256;
 
 /// The longest a small batch waits for the requests on their way to the writer. At an everyday
 /// rate the writer is idle between invites, and a batch of one pays the statement's fixed cost

@@ -208,7 +208,7 @@ impl Outcomes {
     /// answer). Each is leased before its count, so instances never count one at the same
     /// time, and released when Redis fails; one whose invite retention has dropped is marked
     /// without a count. Nothing is held across the calls to Redis.
-    pub async fn count_uncounted(&self) -> Result<usize, OutcomeError> {
+    async fn count_uncounted(&self) -> Result<usize, OutcomeError> {
         let rows: Vec<Uncounted> = sqlx::query_as(
             "SELECT o.invite_id, o.type AS kind, o.at, i.app_id, i.sender_id, i.sender_ip,
                  i.recipient, i.recipient_domain

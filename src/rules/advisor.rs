@@ -48,7 +48,7 @@ pub struct ScoreRow {
 /// The rule's count at each of a sender's invites, in order: what it would have been told.
 /// `None` for an invite the rule would not act on (one adding nothing to a signal invites
 /// carry, like an invite without links); outcomes count at every invite after them.
-pub fn counts_at_invites(
+fn counts_at_invites(
     rule: &ValidRule,
     invites: &[Replayed],
     outcomes: &[Time],

@@ -160,7 +160,7 @@ impl Scope {
 
 /// The subject of an address for `ip` rules of app `app_id`. The app asserts the address, so
 /// each app's traffic counts apart; an IPv6 address counts by its /64 (`http::group`).
-pub fn address_subject(app_id: i64, ip: IpAddr) -> String {
+fn address_subject(app_id: i64, ip: IpAddr) -> String {
     Scope::Ip.subject_of(&format!("{app_id}:{}", http::group(ip)))
 }
 
