@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::fingerprint::{Signature, normalise};
-use super::groups::{BAND_GROUPS, Groups, SIGNATURES, generation, store_key};
+use super::groups::{Groups, generation, store_key};
 use crate::limiter::bench::{ROUND, cleanup, join_clients, key_bytes, pings};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisSettings, RedisStore, RedisTarget};
 
@@ -30,7 +30,7 @@ pub struct GroupsBenchRow {
     pub ping_per_sec: f64,
     /// Microseconds Redis spent in scripts per call.
     pub redis_us_per_call: f64,
-    /// Bytes of the generation's two hashes over the texts that went through them.
+    /// Bytes of the generation's hash over the texts that went through it.
     pub bytes_per_text: u64,
 }
 
@@ -191,9 +191,7 @@ async fn store_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, Limi
     let generation = generation(WINDOW_SECS);
     let mut bytes = 0;
     for g in [generation, generation.saturating_sub(1)] {
-        for kind in [BAND_GROUPS, SIGNATURES] {
-            bytes += key_bytes(store, &store_key(prefix.as_str(), kind, g)).await?;
-        }
+        bytes += key_bytes(store, &store_key(prefix.as_str(), g)).await?;
     }
     Ok(bytes)
 }

@@ -5,9 +5,9 @@
 //!
 //! In Redis, one script call per text (`lua/group.lua`) keeps the lookup and the claim atomic:
 //! two instances seeing the first two copies of a text at once put them in one group. Bands and
-//! signatures live in hashes of a generation as long as the longest fingerprint rule's window,
-//! read for this generation and the last: a group lives while its texts keep coming. All of
-//! them share one hash tag, so on a cluster they sit on one node.
+//! signatures live in one hash per generation as long as the longest fingerprint rule's window,
+//! read for this generation and the last: a group lives while its texts keep coming. Both
+//! share one hash tag, so on a cluster they sit on one node.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +18,7 @@ use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
 
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
 const MEMORY_TEXTS: usize = 100_000;
-/// How far past the end of its last generation read a generation's hashes live: instances take
+/// How far past the end of its last generation read a generation's hash lives: instances take
 /// the generation from their own clocks, and Redis expires keys by its own.
 const CLOCK_SLACK_SECS: u64 = 60;
 
@@ -77,11 +77,8 @@ impl Groups {
             Store::Redis(conn, script) => {
                 let window = window_secs.max(1);
                 let current = generation(window);
-                let key = |kind: &str, g: u64| store_key(&self.prefix, kind, g);
-                let mut call = script.key(key(BAND_GROUPS, current));
-                call.key(key(BAND_GROUPS, current.saturating_sub(1)))
-                    .key(key(SIGNATURES, current))
-                    .key(key(SIGNATURES, current.saturating_sub(1)))
+                let mut call = script.key(store_key(&self.prefix, current));
+                call.key(store_key(&self.prefix, current.saturating_sub(1)))
                     .arg(signature.compact_bytes())
                     .arg(&fresh.to_be_bytes()[..])
                     .arg(expires_at(current, window))
@@ -103,7 +100,7 @@ pub fn generation(window_secs: u64) -> u64 {
     now_ms() / 1000 / window_secs.max(1)
 }
 
-/// When the hashes of generation `g` expire (Unix seconds): once the generation after it, which
+/// When the hash of generation `g` expires (Unix seconds): once the generation after it, which
 /// reads them as the last one, is over. Every write sets the same time, so a generation's texts
 /// live one to two windows, however late in it they came.
 fn expires_at(g: u64, window_secs: u64) -> u64 {
@@ -115,12 +112,7 @@ fn group_id(id: u64) -> String {
     format!("{id:016x}")
 }
 
-/// The group store's hash of band -> group.
-pub const BAND_GROUPS: &str = "bands";
-/// The group store's hash of group -> signature.
-pub const SIGNATURES: &str = "signatures";
-
-/// One of the group store's hashes, [`BAND_GROUPS`] or [`SIGNATURES`].
-pub fn store_key(prefix: &str, kind: &str, generation: u64) -> String {
-    format!("{prefix}:{{campaign-groups}}:{kind}:{generation}")
+/// The group store's hash of a generation: its bands' groups and its groups' signatures.
+pub fn store_key(prefix: &str, generation: u64) -> String {
+    format!("{prefix}:{{campaign-groups}}:store:{generation}")
 }

@@ -559,7 +559,7 @@ fn signature(values: impl Fn(usize) -> u32) -> sendguard::campaigns::fingerprint
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not() {
     use sendguard::campaigns::fingerprint::ROWS;
-    use sendguard::campaigns::groups::{BAND_GROUPS, Groups, SIGNATURES, generation, store_key};
+    use sendguard::campaigns::groups::{Groups, generation, store_key};
     use sendguard::limiter::Limiter;
     let store = crate::support::redis_store().await;
     let limiter = Limiter::Redis(store.clone());
@@ -621,9 +621,7 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
             "{key} lives two generations at most, and not for ever: TTL {ttl}"
         );
     };
-    for kind in [BAND_GROUPS, SIGNATURES] {
-        expires(store_key(prefix.as_str(), kind, generation(day)), day).await;
-    }
+    expires(store_key(prefix.as_str(), generation(day)), day).await;
 
     // Generations of one second: the first text comes early in one, the next in the one after
     // (waiting for a fresh second first, so that the first call cannot straddle a boundary).
@@ -659,7 +657,7 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
         .await
         .expect("group");
     assert_eq!(carried, old, "the last generation's group is found");
-    expires(store_key(prefix.as_str(), SIGNATURES, start + 1), 1).await;
+    expires(store_key(prefix.as_str(), start + 1), 1).await;
     // Values 43-63 changed: it shares bands 0-9 with the first text, of which 6-9 are in the
     // generation the carry wrote; the first text's own generation is no longer read.
     next_second(start + 1).await;
