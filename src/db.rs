@@ -68,7 +68,6 @@ fn options(url: &str, part: &str) -> Result<PgConnectOptions, DbError> {
     })
 }
 
-/// A pool sized for this machine, on a database that exists and is migrated.
 /// What a request told [`refused_text`] hears.
 pub const REFUSED_TEXT: &str = "the request holds a NUL character, which nothing here can hold";
 
@@ -78,6 +77,7 @@ pub fn refused_text(e: &sqlx::Error) -> bool {
     (e.as_database_error().and_then(|d| d.code())).is_some_and(|code| code == "22021")
 }
 
+/// A pool sized for this machine, on a database that exists and is migrated.
 pub async fn connect_and_migrate(url: &str) -> Result<PgPool, DbError> {
     create_if_missing(url).await?;
     let pool = PgPoolOptions::new()

@@ -101,7 +101,7 @@ pub fn generation(window_secs: u64) -> u64 {
 }
 
 /// When the hash of generation `g` expires (Unix seconds): once the generation after it, which
-/// reads them as the last one, is over. Every write sets the same time, so a generation's texts
+/// reads it as the last one, is over. Every write sets the same time, so a generation's texts
 /// live one to two windows, however late in it they came.
 fn expires_at(g: u64, window_secs: u64) -> u64 {
     (g + 2) * window_secs + CLOCK_SLACK_SECS

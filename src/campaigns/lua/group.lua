@@ -2,7 +2,7 @@
 -- KEYS[1], KEYS[2]: the store of this generation and of the last one, a hash of band -> group
 -- and of '#' .. group -> the group's signature (a band is 8 bytes, a signature field 9).
 -- ARGV[1]: the text's signature (a version byte, then each value's low 2 bytes); ARGV[2]: the
--- id of a new group (8 random bytes); ARGV[3]: when this generation's keys expire (Unix seconds:
+-- id of a new group (8 random bytes); ARGV[3]: when this generation's hash expires (Unix seconds:
 -- after the next generation, which reads them as its last); ARGV[4]: the values that must agree
 -- for a match; ARGV[5..]: the text's bands (8 bytes each). Bands, ids and signatures are bytes,
 -- not text: as hash fields and values of a few bytes each, every byte of a string counts.
