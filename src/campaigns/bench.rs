@@ -1,5 +1,5 @@
 //! `sendguard bench groups`: the near-duplicate group script (`lua/group.lua`) next to a plain
-//! `PING` from the same clients in the same run, for three kinds of text; the time Redis spent
+//! `PING` from the same clients in the same run, for four kinds of text; the time Redis spent
 //! in the script per call (`INFO commandstats`: on a server with other traffic, theirs counts
 //! too); and the Redis bytes each text leaves in the group store (its bands and, when it starts
 //! a group, its signature).
@@ -48,6 +48,10 @@ enum Kind {
     Near,
     /// Every text its own: ordinary personal notes.
     Distinct,
+    /// Short notes written from one template with a small vocabulary, as `benches/invites.lua`
+    /// writes them: each its own, but sharing most of their words, so that a text's bands meet
+    /// other texts' groups, whose signatures the script then compares and rejects.
+    Notes,
 }
 
 impl Kind {
@@ -56,6 +60,7 @@ impl Kind {
             Kind::Same => "same text",
             Kind::Near => "near-duplicates",
             Kind::Distinct => "distinct texts",
+            Kind::Notes => "templated notes",
         }
     }
 }
@@ -76,7 +81,7 @@ pub async fn run(
         stores.push(RedisStore::connect(redis).await?);
     }
     let mut rows = Vec::new();
-    for kind in [Kind::Same, Kind::Near, Kind::Distinct] {
+    for kind in [Kind::Same, Kind::Near, Kind::Distinct, Kind::Notes] {
         // A prefix of its own for each kind: texts of one kind never meet another kind's groups.
         let prefix = KeyPrefix::new(&format!("sgbench{}g{}", std::process::id(), rows.len()))
             .map_err(LimiterError::InvalidQuota)?;
@@ -170,6 +175,24 @@ fn signatures(kind: Kind) -> Vec<Signature> {
             .collect(),
         Kind::Distinct => (0..TEXTS)
             .map(|_| sign(&(0..WORDS).map(|_| word(random())).collect::<Vec<_>>()))
+            .collect(),
+        Kind::Notes => (0..TEXTS)
+            .map(|_| {
+                // The slots and vocabulary sizes of the bench's personal notes: 6 openers, 9
+                // verbs, 40 words, 7 days.
+                let mut pick = |n: u64, offset: u64| word(random() % n + offset);
+                let text = format!(
+                    "{} can you {} the {} and the {} before {}? I also added {} {}.",
+                    pick(6, 100),
+                    pick(9, 200),
+                    pick(40, 0),
+                    pick(40, 0),
+                    pick(7, 300),
+                    pick(40, 0),
+                    pick(40, 0)
+                );
+                Signature::of(&normalise(&text))
+            })
             .collect(),
     }
 }

@@ -17,8 +17,8 @@ pub enum BenchCommand {
     /// Decisions per second of each algorithm's Redis script next to a plain PING.
     Limiter(BenchLimiterArgs),
     /// Calls per second of the near-duplicate group script next to a plain PING, for one text
-    /// sent over and over, near-duplicates and distinct texts, and the Redis bytes each text
-    /// leaves in the group store.
+    /// sent over and over, near-duplicates, distinct texts and notes written from one template,
+    /// and the Redis bytes each text leaves in the group store.
     Groups(RedisLoad),
     /// Time to find the links in a 2,000-character message (the longest an invite carries).
     Links {
