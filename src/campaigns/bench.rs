@@ -46,10 +46,10 @@ enum Kind {
     Same,
     /// One text with one word changed at a time: a campaign's payload varied.
     Near,
-    /// Every text its own: ordinary personal notes.
+    /// Every text its own, of random words: as unlike each other as texts get.
     Distinct,
-    /// Short notes written from one template with a small vocabulary, as `benches/invites.lua`
-    /// writes them: each its own, but sharing most of their words, so that a text's bands meet
+    /// Short notes written from one template with a small vocabulary, in the slots and
+    /// vocabulary sizes of `benches/invites.lua`'s notes: each its own, but sharing most of their words, so that a text's bands meet
     /// other texts' groups, whose signatures the script then compares and rejects.
     Notes,
 }
