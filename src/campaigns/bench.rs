@@ -49,8 +49,9 @@ enum Kind {
     /// Every text its own, of random words: as unlike each other as texts get.
     Distinct,
     /// Short notes written from one template with a small vocabulary, in the slots and
-    /// vocabulary sizes of `benches/invites.lua`'s notes: each its own, but sharing most of their words, so that a text's bands meet
-    /// other texts' groups, whose signatures the script then compares and rejects.
+    /// vocabulary sizes of `benches/invites.lua`'s notes: each its own, but sharing most of
+    /// their words, so that a text's bands meet other texts' groups, whose signatures the
+    /// script then compares and rejects.
     Notes,
 }
 

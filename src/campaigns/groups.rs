@@ -6,8 +6,8 @@
 //! In Redis, one script call per text (`lua/group.lua`) keeps the lookup and the claim atomic:
 //! two instances seeing the first two copies of a text at once put them in one group. Bands and
 //! signatures live in one hash per generation as long as the longest fingerprint rule's window,
-//! read for this generation and the last: a group lives while its texts keep coming. Both
-//! share one hash tag, so on a cluster they sit on one node.
+//! read for this generation and the last: a group lives while its texts keep coming. The
+//! generations' hashes share one hash tag, so on a cluster they sit on one node.
 
 use std::sync::{Arc, Mutex};
 
