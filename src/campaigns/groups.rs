@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use redis::Script;
 
-use super::fingerprint::{AGREEING, Index, Signature};
+use super::fingerprint::{AGREEING, BAND_BYTES, Index, Signature};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
 
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
@@ -84,7 +84,7 @@ impl Groups {
                     .arg(expires_at(current, window))
                     .arg(AGREEING);
                 for band in signature.bands() {
-                    call.arg(&band.to_le_bytes()[..]);
+                    call.arg(&band.to_le_bytes()[..BAND_BYTES]);
                 }
                 let id: Vec<u8> = call.invoke_async(&mut conn.clone()).await?;
                 let id = <[u8; 8]>::try_from(id.as_slice())
@@ -112,7 +112,10 @@ fn group_id(id: u64) -> String {
     format!("{id:016x}")
 }
 
-/// The group store's hash of a generation: its bands' groups and its groups' signatures.
+/// The group store's hash of a generation: its bands' groups and its groups' signatures. Its
+/// name carries the store's layout (`v2`: 10 bands of 6 bytes, a byte a value), so an upgraded
+/// instance never reads a hash of the form before: a campaign under way at the upgrade is
+/// counted anew from it.
 pub fn store_key(prefix: &str, generation: u64) -> String {
-    format!("{prefix}:{{campaign-groups}}:store:{generation}")
+    format!("{prefix}:{{campaign-groups}}:store-v2:{generation}")
 }

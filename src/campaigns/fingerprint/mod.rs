@@ -16,7 +16,7 @@ use super::link_domains::registrable_domain;
 use crate::signals::links;
 
 pub use index::Index;
-pub use signature::{AGREEING, BANDS, ROWS, Signature, VALUES, VERSION, jaccard};
+pub use signature::{AGREEING, BAND_BYTES, BANDS, ROWS, Signature, VALUES, VERSION, jaccard};
 
 /// Texts shorter than this once normalised ("join my doc") say too little to group.
 pub const MIN_CHARS: usize = 20;
