@@ -8,9 +8,9 @@
 -- not text: as hash fields and values of a few bytes each, every byte of a string counts.
 -- The bands of each generation are read in one call and the new ones written in one, with the
 -- signature of a new group (a form that read and wrote each band on its own took 50 calls a
--- text; a text that starts a group, most texts, now takes 4). Nothing is read or written that the answer does not need: a campaign's payload
--- sent as it is, once its group holds all of its bands in this generation, reads the bands and
--- the group's signature, and writes nothing.
+-- text; a text that starts a group, most texts, now takes 4). Nothing is read or written that
+-- the answer does not need: a campaign's payload sent as it is, once its group holds all of its
+-- bands in this generation, reads the bands and the group's signature, and writes nothing.
 local sig = ARGV[1]
 local needed = tonumber(ARGV[4])
 local bands = { unpack(ARGV, 5) }
