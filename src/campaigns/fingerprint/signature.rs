@@ -1,7 +1,8 @@
 //! MinHash over word 3-shingles: for each of 64 hash functions, the least value it gives any of
 //! the text's shingles. Two texts' minima are equal with probability the Jaccard index of their
-//! shingle sets, so the share of equal minima estimates it. Everything is fixed in the code (hash, seeds, layout), so a signature computed
-//! anywhere, any time, compares with one stored in Redis or Postgres; [`VERSION`] names it.
+//! shingle sets, so the share of equal minima estimates it. Everything is fixed in the code
+//! (hash, seeds, layout), so a signature computed anywhere, any time, compares with one stored
+//! in Redis or Postgres; [`VERSION`] names it.
 
 /// Bumped whenever anything that changes a signature changes (normalisation included):
 /// stored keys and signatures carry it, so old ones are never compared with new ones.
