@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::fingerprint::{Signature, normalise};
 use super::groups::{Groups, generation, store_key};
 use crate::limiter::bench::{ROUND, cleanup, join_clients, key_bytes, pings};
+use crate::limiter::replay::{CommandStat, command_stats};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisSettings, RedisStore, RedisTarget};
 
 /// The window of the default `campaign-text` rule: the group store's generation.
@@ -220,32 +221,8 @@ async fn store_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, Limi
     Ok(bytes)
 }
 
-/// Script calls Redis has run and the microseconds it spent in them.
-struct ScriptTime {
-    calls: u64,
-    usec: u64,
-}
-
-/// The script calls' [`ScriptTime`] so far, from `INFO commandstats`.
-async fn script_time(store: &RedisStore) -> Result<ScriptTime, LimiterError> {
-    let mut conn = store.connection();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await?;
-    let field = |stats: &str, name: &str| -> u64 {
-        stats
-            .split(',')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let stats = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .unwrap_or("");
-    Ok(ScriptTime {
-        calls: field(stats, "calls"),
-        usec: field(stats, "usec"),
-    })
+/// The script calls Redis has run so far and the microseconds it spent in them.
+async fn script_time(store: &RedisStore) -> Result<CommandStat, LimiterError> {
+    let stats = command_stats(&store.connection()).await?;
+    Ok(stats.get("evalsha").copied().unwrap_or_default())
 }

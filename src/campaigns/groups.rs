@@ -16,6 +16,9 @@ use redis::Script;
 use super::fingerprint::{AGREEING, BAND_BYTES, Index, Signature};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
 
+/// The group script (`lua/group.lua`).
+pub const SCRIPT: &str = include_str!("lua/group.lua");
+
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
 const MEMORY_TEXTS: usize = 100_000;
 /// How far past the end of its last generation read a generation's hash lives: instances take
@@ -38,10 +41,9 @@ enum Store {
 impl Groups {
     pub fn new(limiter: &Limiter, keys: &KeyPrefix) -> Groups {
         let store = match limiter {
-            Limiter::Redis(redis) => Store::Redis(
-                redis.connection(),
-                Arc::new(Script::new(include_str!("lua/group.lua"))),
-            ),
+            Limiter::Redis(redis) => {
+                Store::Redis(redis.connection(), Arc::new(Script::new(SCRIPT)))
+            }
             Limiter::Memory(_) => Store::Memory(Arc::new(Mutex::new((Index::new(), 0)))),
         };
         Groups {

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use sendguard::campaigns::fingerprint::groups;
 use sendguard::config::Database;
 use sendguard::limiter::simulate::to_table;
-use sendguard::limiter::{RedisSettings, bench};
+use sendguard::limiter::{RedisSettings, bench, replay};
 
 use super::{Failure, Format};
 
@@ -20,6 +20,20 @@ pub enum BenchCommand {
     /// sent over and over, near-duplicates, distinct texts and notes written from one template,
     /// and the Redis bytes each text leaves in the group store.
     Groups(RedisLoad),
+    /// The script calls of a `MONITOR` capture, sent again one at a time to an idle Redis that
+    /// holds the data they were captured on (`benches/redis-replay.sh` makes both): each
+    /// script's time a call in Redis, split into the call with its arguments, the commands it
+    /// runs and its own Lua (`INFO commandstats`: nothing else may use the server meanwhile).
+    Replay {
+        #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+        redis_url: String,
+        /// The output of `redis-cli monitor` while the traffic ran.
+        #[arg(long)]
+        capture: PathBuf,
+        /// Times each call is sent again.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+    },
     /// Time to find the links in a 2,000-character message (the longest an invite carries).
     Links {
         /// Calls measured per row; the median is printed.
@@ -111,6 +125,11 @@ impl BenchCommand {
         match self {
             BenchCommand::Limiter(args) => limiter(&args).await,
             BenchCommand::Groups(load) => group_calls(&load).await,
+            BenchCommand::Replay {
+                redis_url,
+                capture,
+                repeat,
+            } => replay(&redis_url, &capture, repeat).await,
             BenchCommand::Links { iterations } => {
                 let rows: Vec<Vec<String>> = sendguard::signals::bench::run(iterations)
                     .into_iter()
@@ -206,6 +225,56 @@ async fn limiter(args: &BenchLimiterArgs) -> Result<(), Failure> {
         Format::Csv => print!("{}", bench::to_csv(&rows)),
         Format::Table => print!("{}", bench::to_text(&rows)),
     }
+    Ok(())
+}
+
+async fn replay(redis_url: &str, capture: &std::path::Path, repeat: usize) -> Result<(), Failure> {
+    if repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    let capture =
+        std::fs::read_to_string(capture).map_err(|e| format!("{}: {e}", capture.display()))?;
+    let limiter = sendguard::limiter::script_source();
+    let known = [
+        replay::Known {
+            name: "limiter",
+            source: &limiter,
+        },
+        replay::Known {
+            name: "campaign groups",
+            source: sendguard::campaigns::groups::SCRIPT,
+        },
+    ];
+    let rows = replay::run(&RedisSettings::new(redis_url), &capture, &known, repeat).await?;
+    if rows.is_empty() {
+        return Err("the capture holds no call of sendguard's scripts".into());
+    }
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.script.clone(),
+                r.calls.to_string(),
+                format!("{:.1}", r.call_us),
+                format!("{:.1}", r.bare_call_us),
+                format!("{:.1}", r.commands),
+                format!("{:.1}", r.commands_us),
+                format!("{:.1}", r.lua_us()),
+                format!("{:.1}", r.cpu_us),
+            ]
+        })
+        .collect();
+    let header = [
+        "script",
+        "calls",
+        "us_a_call",
+        "bare_call_us",
+        "commands_a_call",
+        "commands_us",
+        "lua_us",
+        "redis_cpu_us_a_call",
+    ];
+    print!("{}", to_table(&header, &body));
     Ok(())
 }
 

@@ -13,6 +13,7 @@ mod distinct;
 mod keys;
 mod memory;
 mod redis_store;
+pub mod replay;
 pub mod simulate;
 
 use std::fmt;
@@ -23,7 +24,7 @@ pub use connection::{RedisConnection, RedisSettings, RedisTarget};
 pub use distinct::MAX_DISTINCT_LIMIT;
 pub use keys::{KeyPrefix, LimitKey, rule_code};
 pub use memory::MemoryStore;
-pub use redis_store::RedisStore;
+pub use redis_store::{RedisStore, script_source};
 
 /// Sub-windows per window for `hash_counters` (docs/DESIGN.md §3).
 pub const SUB_WINDOWS: u64 = 60;

@@ -69,6 +69,12 @@ impl Script {
     }
 }
 
+/// The limiter's script as Redis runs it (`sendguard bench replay` loads it to time captured
+/// calls).
+pub fn script_source() -> String {
+    Script::new().source
+}
+
 /// The dispatcher's code of an algorithm and the option argument it reads.
 fn code_and_option(check: &Check<'_>) -> (&'static str, Option<&'static str>) {
     match check.quota.algorithm {

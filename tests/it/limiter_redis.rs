@@ -2,6 +2,7 @@
 //! recovery from a flushed script cache, and one script call per invite on a single server.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sendguard::limiter::{Algorithm, EdgeMode, Limiter, Quota, now_ms};
 
@@ -284,4 +285,88 @@ async fn a_denied_attempt_without_a_reported_wait_is_two_commands() {
         let after = store.check_batch(&read, None).await.expect("read")[0];
         assert_eq!(after.count, 1, "{after:?}");
     }
+}
+
+/// `bench replay` sends a `MONITOR` capture's script calls again and splits their time: every
+/// call of the limiter's script and of the campaign group script is counted once per repeat,
+/// the commands the scripts run are counted apart from the calls, and a capture of a script this
+/// build does not have is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_times_each_script_apart_from_its_commands() {
+    use sendguard::campaigns::groups::{Groups, SCRIPT};
+    use sendguard::limiter::replay::{self, Known};
+    let (server, store) = private_store().await;
+    let capture_file = std::env::temp_dir().join(format!("sg-replay-{}", server.port));
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port.to_string(), "monitor"])
+        .stdout(std::fs::File::create(&capture_file).expect("capture file"))
+        .spawn()
+        .expect("redis-cli is installed");
+    // MONITOR answers OK once it is on: nothing is sent before that.
+    let on = crate::support::app::wait_for(Duration::from_secs(10), || {
+        let file = capture_file.clone();
+        async move { std::fs::read_to_string(file).is_ok_and(|t| t.starts_with("OK")) }
+    })
+    .await;
+    assert!(on, "MONITOR did not start");
+    let limiter = Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix("replay");
+    let quota = Quota::new(100, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    for n in 0..4 {
+        let key = prefix.key(&format!("sender:r{n}"), "hourly", &quota);
+        limiter.check(&key, &quota, 1, None).await.expect("check");
+    }
+    let groups = Groups::new(&limiter, &prefix);
+    for n in 0..2u32 {
+        let text = format!("a note number {n} about the shared design review this week");
+        let f =
+            sendguard::campaigns::fingerprint::of_invite(Some(&text), None).expect("a fingerprint");
+        groups.group_of(&f.signature, 86_400).await.expect("group");
+    }
+    let captured = crate::support::app::wait_for(Duration::from_secs(10), || {
+        let file = capture_file.clone();
+        async move {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            replay::script_calls(&text).len() >= 6
+        }
+    })
+    .await;
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    let capture = std::fs::read_to_string(&capture_file).expect("capture");
+    let _ = std::fs::remove_file(&capture_file);
+    assert!(captured, "the capture holds the 6 calls: {capture}");
+
+    let limiter_source = sendguard::limiter::script_source();
+    let known = [
+        Known {
+            name: "limiter",
+            source: &limiter_source,
+        },
+        Known {
+            name: "groups",
+            source: SCRIPT,
+        },
+    ];
+    let settings = sendguard::limiter::RedisSettings::new(server.url());
+    let rows = replay::run(&settings, &capture, &known, 2)
+        .await
+        .expect("replay");
+    let names: Vec<(&str, usize)> = rows.iter().map(|r| (r.script.as_str(), r.calls)).collect();
+    assert_eq!(names, [("limiter", 8), ("groups", 4)]);
+    for row in &rows {
+        assert!(
+            row.commands >= 1.0,
+            "{}: every call runs a command: {row:?}",
+            row.script
+        );
+        assert!(row.call_us >= row.commands_us, "{row:?}");
+    }
+
+    let foreign = r#"1.0 [0 127.0.0.1:1] "EVALSHA" "0123456789abcdef0123456789abcdef01234567" "0""#;
+    let refused = replay::run(&settings, foreign, &known, 1).await;
+    assert!(
+        matches!(&refused, Err(e) if e.to_string().contains("not one of this build's")),
+        "{refused:?}"
+    );
 }
