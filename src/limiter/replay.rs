@@ -120,6 +120,11 @@ pub async fn run(
     known: &[Known<'_>],
     repeat: usize,
 ) -> Result<Vec<ReplayRow>, LimiterError> {
+    if repeat == 0 {
+        return Err(LimiterError::Config(
+            "--repeat must be at least 1: a replay sends each call at least once".into(),
+        ));
+    }
     let conn = RedisConnection::open(settings).await?;
     if conn.is_cluster() {
         return Err(LimiterError::Config(
@@ -199,7 +204,9 @@ async fn pass(
     };
     for (name, stat) in &after {
         let was = before.get(name).copied().unwrap_or_default();
-        let (calls, usec) = (stat.calls - was.calls, stat.usec - was.usec);
+        // Saturating: a `CONFIG RESETSTAT` meanwhile would make a count go back.
+        let calls = stat.calls.saturating_sub(was.calls);
+        let usec = stat.usec.saturating_sub(was.usec);
         match name.as_str() {
             "evalsha" => (out.calls, out.calls_us) = (calls, usec),
             // The replay's own reading of the server.
