@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::fingerprint::{Signature, normalise};
 use super::groups::{Groups, generation, store_key};
-use crate::limiter::bench::{ROUND, cleanup, join_clients, key_bytes, pings};
-use crate::limiter::replay::{CommandStat, command_stats};
+use crate::limiter::bench::{
+    CommandStat, ROUND, cleanup, command_stats, join_clients, key_bytes, pings,
+};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisSettings, RedisStore, RedisTarget};
 
 /// The window of the default `campaign-text` rule: the group store's generation.

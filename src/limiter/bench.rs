@@ -1,13 +1,14 @@
 //! `sendguard bench limiter`: decisions per second of each Redis script next to a plain `PING`
 //! from the same client in the same run, and the Redis bytes one hourly key takes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{
-    Algorithm, Check, KeyPrefix, LimitKey, LimiterError, Quota, RedisSettings, RedisStore,
-    RedisTarget,
+    Algorithm, Check, KeyPrefix, LimitKey, LimiterError, Quota, RedisConnection, RedisSettings,
+    RedisStore, RedisTarget,
 };
 use crate::limiter::simulate::to_table;
 
@@ -310,6 +311,41 @@ async fn hll_bytes(store: &RedisStore, prefix: &KeyPrefix) -> Result<u64, Limite
         bytes += key_bytes(store, &sub).await?;
     }
     Ok(bytes)
+}
+
+/// Calls of one command and the microseconds Redis spent in them, scripts' commands included.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommandStat {
+    pub calls: u64,
+    pub usec: u64,
+}
+
+/// Every command's [`CommandStat`] so far (`INFO commandstats`), by its lower-case name.
+pub async fn command_stats(
+    conn: &RedisConnection,
+) -> Result<HashMap<String, CommandStat>, LimiterError> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn.clone())
+        .await?;
+    let field = |stats: &str, name: &str| -> u64 {
+        stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let stat = CommandStat {
+                calls: field(stats, "calls"),
+                usec: field(stats, "usec"),
+            };
+            Some((name.to_owned(), stat))
+        })
+        .collect())
 }
 
 /// Deletes every key under `prefix`.

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use redis::Value;
 
+use super::bench::command_stats;
 use super::{LimiterError, RedisConnection, RedisSettings};
 
 /// A script the replay knows: a name for the report and its source.
@@ -225,41 +226,6 @@ async fn pass(
         )));
     }
     Ok(out)
-}
-
-/// Calls of one command and the microseconds Redis spent in them, scripts' commands included.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CommandStat {
-    pub calls: u64,
-    pub usec: u64,
-}
-
-/// Every command's [`CommandStat`] so far (`INFO commandstats`), by its lower-case name.
-pub async fn command_stats(
-    conn: &RedisConnection,
-) -> Result<HashMap<String, CommandStat>, LimiterError> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn.clone())
-        .await?;
-    let field = |stats: &str, name: &str| -> u64 {
-        stats
-            .split(',')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let stat = CommandStat {
-                calls: field(stats, "calls"),
-                usec: field(stats, "usec"),
-            };
-            Some((name.to_owned(), stat))
-        })
-        .collect())
 }
 
 async fn load(conn: &RedisConnection, source: &str) -> Result<String, LimiterError> {
