@@ -254,6 +254,9 @@ pub enum LimiterError {
     Config(String),
     #[error("unexpected reply from a limiter script: {0}")]
     BadReply(String),
+    /// A replay of captured calls that cannot be measured (`bench replay`).
+    #[error("bench replay: {0}")]
+    Replay(String),
 }
 
 /// Where counters live. Both stores give the same answers for the same calls.

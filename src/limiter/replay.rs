@@ -122,7 +122,7 @@ pub async fn run(
     repeat: usize,
 ) -> Result<Vec<ReplayRow>, LimiterError> {
     if repeat == 0 {
-        return Err(LimiterError::Config(
+        return Err(LimiterError::Replay(
             "--repeat must be at least 1: a replay sends each call at least once".into(),
         ));
     }
@@ -140,7 +140,7 @@ pub async fn run(
     let mut calls: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); known.len()];
     for call in script_calls(capture) {
         let n = by_sha.get(&call[1].to_ascii_lowercase()).ok_or_else(|| {
-            LimiterError::Config(format!(
+            LimiterError::Replay(format!(
                 "the capture calls script {}, which is not one of this build's",
                 String::from_utf8_lossy(&call[1])
             ))
@@ -220,7 +220,7 @@ async fn pass(
     }
     let expected = (calls.len() * repeat) as u64;
     if out.calls != expected {
-        return Err(LimiterError::Config(format!(
+        return Err(LimiterError::Replay(format!(
             "Redis ran {} script calls during the replay of {expected}: another client is using it",
             out.calls
         )));
@@ -251,7 +251,7 @@ async fn cpu_secs(conn: &RedisConnection) -> Result<f64, LimiterError> {
                     .parse::<f64>()
                     .ok()
             })
-            .ok_or_else(|| LimiterError::BadReply(format!("INFO cpu without {name}")))
+            .ok_or_else(|| LimiterError::Replay(format!("INFO cpu without {name}")))
     };
     Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
 }
