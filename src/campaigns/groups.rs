@@ -4,7 +4,9 @@
 //! key per group, not per band.
 //!
 //! In Redis, one script call per text (`lua/group.lua`) keeps the lookup and the claim atomic:
-//! two instances seeing the first two copies of a text at once put them in one group. Bands and
+//! two instances seeing the first two copies of a text at once put them in one group. On a
+//! single server the look-up rides in the limiter's call that counts the invite's rules
+//! ([`Groups::fold`]): one round trip an invite instead of two. Bands and
 //! signatures live in one hash per generation as long as the longest fingerprint rule's window,
 //! read for this generation and the last: a group lives while its texts keep coming. The
 //! generations' hashes share one hash tag, so on a cluster they sit on one node.
@@ -16,8 +18,26 @@ use redis::Script;
 use super::fingerprint::{AGREEING, BAND_BYTES, Index, Signature};
 use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
 
-/// The group script (`lua/group.lua`).
-pub const SCRIPT: &str = include_str!("lua/group.lua");
+/// The look-up as a Lua function, `group(here, before, sig, fresh, expires, needed, bands)`,
+/// answering the group's id (`lua/group.lua` says what each argument is).
+macro_rules! group_function {
+    () => {
+        concat!(
+            "local function group(here, before, sig, fresh, expires, needed, bands)\n",
+            include_str!("lua/group.lua"),
+            "end\n"
+        )
+    };
+}
+
+/// The look-up's function, for the limiter's script to define ([`Groups::fold`]).
+pub const FUNCTION: &str = group_function!();
+
+/// The group script: the look-up as a call of its own, its arguments in [`Lookup`]'s order.
+pub const SCRIPT: &str = concat!(
+    group_function!(),
+    "return group(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4] + 0, { unpack(ARGV, 5) })\n"
+);
 
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
 const MEMORY_TEXTS: usize = 100_000;
@@ -52,14 +72,48 @@ impl Groups {
         }
     }
 
+    /// Whether a text's look-up rides in the limiter's call ([`Groups::fold`]): on a single
+    /// Redis server, where one script may touch the keys of any subject. A cluster keeps the
+    /// group store on one node and each subject's counts on its own, so there it is a call of
+    /// its own ([`Groups::group_of`]).
+    pub fn folds(&self) -> bool {
+        matches!(&self.store, Store::Redis(conn, _) if !conn.is_cluster())
+    }
+
+    /// The look-up of a text of `signature` as arguments for the limiter's call, which answers
+    /// the group's id ([`group_id`] names it). Until then, [`Lookup::fresh`] stands for it.
+    pub fn fold(&self, signature: &Signature, window_secs: u64) -> Lookup {
+        let window = window_secs.max(1);
+        let current = generation(window);
+        let fresh: [u8; 8] = rand::random();
+        let mut args = vec![
+            signature.compact_bytes(),
+            fresh.to_vec(),
+            expires_at(current, window).to_string().into_bytes(),
+            AGREEING.to_string().into_bytes(),
+        ];
+        args.extend(
+            signature
+                .bands()
+                .map(|band| band.to_le_bytes()[..BAND_BYTES].to_vec()),
+        );
+        Lookup {
+            stores: [
+                store_key(&self.prefix, current),
+                store_key(&self.prefix, current.saturating_sub(1)),
+            ],
+            args,
+            fresh,
+        }
+    }
+
     /// The group of a text of `signature`, its groups kept for `window_secs` (the longest
-    /// fingerprint rule's window).
+    /// fingerprint rule's window), looked up on its own.
     pub async fn group_of(
         &self,
         signature: &Signature,
         window_secs: u64,
     ) -> Result<String, LimiterError> {
-        let fresh = rand::random::<u64>();
         match &self.store {
             Store::Memory(index) => {
                 let mut guard = index.lock().unwrap_or_else(|e| e.into_inner());
@@ -71,30 +125,41 @@ impl Groups {
                     *index = Index::new();
                     *texts = 0;
                 }
-                let id = group_id(fresh);
+                let id = group_id(rand::random());
                 index.insert(signature.clone(), id.clone());
                 *texts += 1;
                 Ok(id)
             }
             Store::Redis(conn, script) => {
-                let window = window_secs.max(1);
-                let current = generation(window);
-                let mut call = script.key(store_key(&self.prefix, current));
-                call.key(store_key(&self.prefix, current.saturating_sub(1)))
-                    .arg(signature.compact_bytes())
-                    .arg(&fresh.to_be_bytes()[..])
-                    .arg(expires_at(current, window))
-                    .arg(AGREEING);
-                for band in signature.bands() {
-                    call.arg(&band.to_le_bytes()[..BAND_BYTES]);
+                let lookup = self.fold(signature, window_secs);
+                let mut call = script.key(&lookup.stores[0]);
+                call.key(&lookup.stores[1]);
+                for arg in &lookup.args {
+                    call.arg(arg.as_slice());
                 }
                 let id: Vec<u8> = call.invoke_async(&mut conn.clone()).await?;
-                let id = <[u8; 8]>::try_from(id.as_slice())
-                    .map_err(|_| LimiterError::BadReply(format!("a group id of {id:?}")))?;
-                Ok(group_id(u64::from_be_bytes(id)))
+                group_id_of(&id)
             }
         }
     }
+}
+
+/// A text's group look-up as the group script's keys and arguments.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    /// The store of this generation and of the last.
+    pub stores: [String; 2],
+    /// The script's arguments.
+    pub args: Vec<Vec<u8>>,
+    /// The id of the group the text starts if it matches none.
+    pub fresh: [u8; 8],
+}
+
+/// A group's id from the script's answer: its 8 bytes.
+pub fn group_id_of(reply: &[u8]) -> Result<String, LimiterError> {
+    let id = <[u8; 8]>::try_from(reply)
+        .map_err(|_| LimiterError::BadReply(format!("a group id of {reply:?}")))?;
+    Ok(group_id(id))
 }
 
 /// The generation of the group store at this time, for groups kept `window_secs`.
@@ -109,9 +174,10 @@ fn expires_at(g: u64, window_secs: u64) -> u64 {
     (g + 2) * window_secs + CLOCK_SLACK_SECS
 }
 
-/// A group's id as counts and campaigns name it: 16 hexadecimal digits.
-fn group_id(id: u64) -> String {
-    format!("{id:016x}")
+/// A group's id as counts and campaigns name it: its 8 bytes as 16 hexadecimal digits (the
+/// limiter's script writes a folded look-up's group into its keys the same way).
+pub fn group_id(id: [u8; 8]) -> String {
+    format!("{:016x}", u64::from_be_bytes(id))
 }
 
 /// The group store's hash of a generation: its bands' groups and its groups' signatures. Its

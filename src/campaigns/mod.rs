@@ -64,24 +64,52 @@ pub struct Campaigns {
     pub known: KnownTexts,
 }
 
+/// An invite's campaign subjects, its text's group perhaps still to be looked up.
+#[derive(Debug, Default)]
+pub struct Subjects {
+    pub keys: Vec<String>,
+    /// The look-up of its text's group, to ride in the rules' call ([`Groups::fold`]): the
+    /// first of `keys` names the group by the look-up's fresh id until the call answers.
+    pub pending: Option<groups::Lookup>,
+}
+
+impl Subjects {
+    /// The group's id as the rules' call answered it, in place of the fresh one.
+    pub fn resolve(&mut self, group: &str) {
+        if self.pending.take().is_some()
+            && let Some(first) = self.keys.first_mut()
+        {
+            *first = format!("{FINGERPRINT}:{group}");
+        }
+    }
+}
+
 impl Campaigns {
     /// The campaign subjects of an invite of app `app_id`: its text's fingerprint group (none
     /// for a text too short, an app's standard text or one marked benign) and each domain it
     /// links to (not the app's own, not one marked benign), as far as the rules want them.
+    /// On a single Redis server the group is left to the rules' call ([`Subjects::pending`]).
     pub async fn subjects(
         &self,
         app_id: i64,
         texts: Texts<'_>,
         wanted: Wanted,
-    ) -> Result<Vec<String>, LimiterError> {
+    ) -> Result<Subjects, LimiterError> {
         let known = self.known.get();
-        let mut out = Vec::new();
+        let mut out = Subjects::default();
         if let Some(window) = wanted.fingerprint_window_secs
             && let Some(f) = fingerprint::of_invite(texts.message, texts.sender_name)
             && !known.is_known_text(app_id, &f.signature)
         {
-            let group = self.groups.group_of(&f.signature, window).await?;
-            out.push(format!("{FINGERPRINT}:{group}"));
+            let group = if self.groups.folds() {
+                let lookup = self.groups.fold(&f.signature, window);
+                let fresh = groups::group_id(lookup.fresh);
+                out.pending = Some(lookup);
+                fresh
+            } else {
+                self.groups.group_of(&f.signature, window).await?
+            };
+            out.keys.push(format!("{FINGERPRINT}:{group}"));
         }
         if wanted.link_domains {
             let hosts = known
@@ -92,7 +120,7 @@ impl Campaigns {
                 [texts.message, texts.sender_name, texts.resource],
                 hosts,
             );
-            out.extend(
+            out.keys.extend(
                 found
                     .into_iter()
                     .filter(|d| !known.benign_domains.contains(d))

@@ -1,6 +1,7 @@
 //! The rule check of an invite: every enabled rule that applies, counted in Redis (or in
-//! process, for a global invite count) in one round trip, after the campaign subjects of its
-//! text are known.
+//! process, for a global invite count) in one round trip; on a single Redis server the same
+//! round trip first looks up its text's near-duplicate group, which its `fingerprint` rules
+//! count.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use super::policy::Checked;
 use super::validate::ValidInvite;
 use super::{Facts, InviteError, InviteService};
 use crate::campaigns;
-use crate::limiter::{Check, LimitKey, LimiterError};
+use crate::limiter::{Check, FoldedGroup, LimitKey, LimiterError};
 use crate::metrics::DependencyError;
 use crate::rules::contribution::InviteFacts;
 use crate::rules::{Rule, Scope, Signal, Subjects};
@@ -27,21 +28,21 @@ impl InviteService {
     ) -> Result<Counted, InviteError> {
         let rules = self.rules.enabled();
         let wanted = crate::rules::wanted(&rules);
-        let campaign_keys = if wanted.any() {
+        let mut campaign = if wanted.any() {
             let texts = campaigns::Texts {
                 message: invite.message.as_deref(),
                 sender_name: invite.sender_name.as_deref(),
                 resource: invite.resource.as_deref(),
             };
             match self.campaigns.subjects(sender.app_id, texts, wanted).await {
-                Ok(keys) => keys,
+                Ok(subjects) => subjects,
                 Err(e) => {
                     self.metrics.dependency_error(DependencyError::Redis);
                     return Err(e.into());
                 }
             }
         } else {
-            Vec::new()
+            campaigns::Subjects::default()
         };
         let seen = InviteFacts {
             of: Subjects {
@@ -49,7 +50,7 @@ impl InviteService {
                 sender_ip: invite.sender_ip,
                 recipient: &invite.recipient,
                 recipient_domain: &invite.recipient_domain,
-                campaign: &campaign_keys,
+                campaign: &campaign.keys,
             },
             has_links: facts.has_links,
             new_sender: facts.new_sender,
@@ -74,17 +75,47 @@ impl InviteService {
                 });
             }
         }
-        let checks: Vec<Check<'_>> = planned
+        let remote: Vec<&Planned> = planned.iter().filter(|p| !p.local).collect();
+        let checks: Vec<Check<'_>> = remote
             .iter()
-            .filter(|p| !p.local)
             .map(|p| Check {
                 member: p.member,
                 ..Check::new(&p.key, &p.rule.quota, p.cost)
             })
             .collect();
+        // The text's group, when it rides in this call, is named by a stand-in until it answers.
+        let stand_in = campaign
+            .pending
+            .as_ref()
+            .and(campaign.keys.first())
+            .cloned();
         let started = std::time::Instant::now();
-        let mut remote = match self.limiter.check_batch(&checks, at_ms).await {
-            Ok(d) => d.into_iter(),
+        let decided = match &campaign.pending {
+            Some(lookup) => {
+                let folded = FoldedGroup {
+                    lookup,
+                    checks: (0..remote.len())
+                        .filter(|&n| Some(&remote[n].subject) == stand_in.as_ref())
+                        .collect(),
+                };
+                self.limiter
+                    .check_folded(&checks, at_ms, &folded)
+                    .await
+                    .map(|(decisions, group)| (decisions, Some(group)))
+            }
+            None => self
+                .limiter
+                .check_batch(&checks, at_ms)
+                .await
+                .map(|decisions| (decisions, None)),
+        };
+        let mut remote = match decided {
+            Ok((decisions, group)) => {
+                if let Some(group) = group {
+                    campaign.resolve(&group);
+                }
+                decisions.into_iter()
+            }
             Err(e) => {
                 self.metrics.dependency_error(DependencyError::Redis);
                 return Err(e.into());
@@ -102,9 +133,14 @@ impl InviteService {
             if p.cost == 0 {
                 decision.allowed = true;
             }
+            // A count of the text's group goes under the group the call found.
+            let subject = match (&stand_in, campaign.keys.first()) {
+                (Some(stand_in), Some(group)) if &p.subject == stand_in => group.clone(),
+                _ => p.subject,
+            };
             checked.push(Checked {
                 rule: p.rule,
-                subject: p.subject,
+                subject,
                 decision,
             });
         }
@@ -116,7 +152,7 @@ impl InviteService {
         }
         Ok(Counted {
             checked,
-            campaign_keys,
+            campaign_keys: campaign.keys,
         })
     }
 }

@@ -20,6 +20,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::campaigns::groups::Lookup;
+
 pub use connection::{RedisConnection, RedisSettings, RedisTarget};
 pub use distinct::MAX_DISTINCT_LIMIT;
 pub use keys::{KeyPrefix, LimitKey, rule_code};
@@ -242,6 +244,15 @@ impl<'a> Check<'a> {
     }
 }
 
+/// A text's near-duplicate group looked up in the rules' own script call, before them: one
+/// round trip for both (a single Redis server only, [`crate::campaigns::groups::Groups::fold`]).
+pub struct FoldedGroup<'a> {
+    pub lookup: &'a Lookup,
+    /// The checks whose keys hold the group's id: they are written with the look-up's fresh
+    /// id, which the script replaces when the text joins an older group.
+    pub checks: Vec<usize>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LimiterError {
     #[error("invalid quota: {0}")]
@@ -289,15 +300,28 @@ impl Limiter {
         checks: &[Check<'_>],
         at_ms: Option<u64>,
     ) -> Result<Vec<Decision>, LimiterError> {
-        for c in checks {
-            c.quota.validate()?;
-            if c.cost > MAX_COST {
-                return Err(LimiterError::InvalidCost(c.cost));
-            }
-        }
+        validate(checks)?;
         match self {
             Limiter::Redis(store) => store.check_batch(checks, at_ms).await,
             Limiter::Memory(store) => Ok(store.check_batch(checks, at_ms)),
+        }
+    }
+
+    /// [`Limiter::check_batch`] with a text's group looked up first in the same script call;
+    /// answers the decisions and the group's id.
+    pub async fn check_folded(
+        &self,
+        checks: &[Check<'_>],
+        at_ms: Option<u64>,
+        group: &FoldedGroup<'_>,
+    ) -> Result<(Vec<Decision>, String), LimiterError> {
+        validate(checks)?;
+        let Limiter::Redis(store) = self else {
+            return Err(not_foldable());
+        };
+        match store.decide(checks, at_ms, Some(group)).await? {
+            (decisions, Some(id)) => Ok((decisions, id)),
+            (_, None) => Err(LimiterError::BadReply("no group id".into())),
         }
     }
 
@@ -323,6 +347,22 @@ impl Limiter {
             }
         }
     }
+}
+
+/// A folded look-up sent where it cannot fold: a bug of the caller's, which asks
+/// [`crate::campaigns::groups::Groups::folds`] first.
+fn not_foldable() -> LimiterError {
+    LimiterError::Config("a group look-up rides in the rules' call only on a single server".into())
+}
+
+fn validate(checks: &[Check<'_>]) -> Result<(), LimiterError> {
+    for c in checks {
+        c.quota.validate()?;
+        if c.cost > MAX_COST {
+            return Err(LimiterError::InvalidCost(c.cost));
+        }
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch from this process's clock.

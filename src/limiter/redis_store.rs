@@ -17,9 +17,10 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use super::clock::Clock;
 use super::{
-    Algorithm, Check, Decision, EdgeMode, LimitKey, LimiterError, MAX_LIMIT, MAX_WINDOW_MS, Quota,
-    RedisConnection, RedisSettings,
+    Algorithm, Check, Decision, EdgeMode, FoldedGroup, LimitKey, LimiterError, MAX_LIMIT,
+    MAX_WINDOW_MS, Quota, RedisConnection, RedisSettings,
 };
+use crate::campaigns::groups::{group_id, group_id_of};
 
 /// The one script: a loop over the rules (opened in `decide_head.lua`, closed in
 /// `decide_tail.lua`) that picks each rule's algorithm by its code; an algorithm is a function
@@ -52,6 +53,8 @@ impl Script {
             .collect();
         let mut source = format!("local {}\n", made.join(", "));
         source.push_str(include_str!("lua/decide_head.lua"));
+        source.push_str(crate::campaigns::groups::FUNCTION);
+        source.push_str(include_str!("lua/decide_group.lua"));
         for (n, (code, fast, body)) in algorithms.iter().enumerate() {
             source.push_str(&format!(
                 "  {}if code == '{code}' then\n    run = made_{code}\n    if not run then\n      run = function(key, key2, cost_arg, option, rule)\n{}\n{fast}\n{}\n{body}\nend\n      made_{code} = run\n    end\n",
@@ -136,8 +139,16 @@ impl RedisStore {
         Ok(())
     }
 
-    /// One script call deciding every check of a group, at `now` (ms).
-    fn command(&self, checks: &[Check<'_>], group: &Group, now: u64, by_source: bool) -> Cmd {
+    /// One script call deciding every check of a group, at `now` (ms), a text's group looked
+    /// up first when `folded` is given.
+    fn command(
+        &self,
+        checks: &[Check<'_>],
+        group: &Group,
+        now: u64,
+        folded: Option<&FoldedGroup<'_>>,
+        by_source: bool,
+    ) -> Cmd {
         let mut cmd = if by_source {
             let mut c = redis::cmd("EVAL");
             c.arg(&self.script.source);
@@ -152,15 +163,50 @@ impl RedisStore {
             .iter()
             .filter(|&&n| checks[n].quota.algorithm == Algorithm::SlidingLog)
             .count();
-        cmd.arg(group.members.len() + logs);
+        let stores = if folded.is_some() { 2 } else { 0 };
+        cmd.arg(stores + group.members.len() + logs);
+        if let Some(folded) = folded {
+            cmd.arg(&folded.lookup.stores[0])
+                .arg(&folded.lookup.stores[1]);
+        }
+        // Each key that takes the group's id: its place in KEYS (from 1) and the byte after
+        // which the id starts.
+        let mut takes_id: Vec<(usize, usize)> = Vec::new();
+        let fresh = folded.map(|f| (f, group_id(f.lookup.fresh)));
+        let mut place = stores;
         for &n in &group.members {
             let key = checks[n].key.as_str();
+            let at = fresh
+                .as_ref()
+                .filter(|(f, _)| f.checks.contains(&n))
+                .and_then(|(_, id)| key.find(id.as_str()));
+            let log = checks[n].quota.algorithm == Algorithm::SlidingLog;
             cmd.arg(key);
-            if checks[n].quota.algorithm == Algorithm::SlidingLog {
+            if log {
                 cmd.arg(format!("{key}:seq"));
             }
+            let taken = if log { 2 } else { 1 };
+            if let Some(at) = at {
+                takes_id.extend((place + 1..=place + taken).map(|p| (p, at)));
+            }
+            place += taken;
         }
         cmd.arg(now);
+        match folded {
+            None => {
+                cmd.arg(0);
+            }
+            Some(folded) => {
+                cmd.arg(1 + 2 * takes_id.len() + folded.lookup.args.len())
+                    .arg(takes_id.len());
+                for (place, at) in takes_id {
+                    cmd.arg(place).arg(at);
+                }
+                for arg in &folded.lookup.args {
+                    cmd.arg(arg.as_slice());
+                }
+            }
+        }
         for &n in &group.members {
             let check = &checks[n];
             let (code, option) = code_and_option(check);
@@ -182,9 +228,28 @@ impl RedisStore {
         checks: &[Check<'_>],
         at_ms: Option<u64>,
     ) -> Result<Vec<Decision>, LimiterError> {
+        Ok(self.decide(checks, at_ms, None).await?.0)
+    }
+
+    /// [`RedisStore::check_batch`], a text's group looked up first in the same call when
+    /// `folded` is given (a single server only); answers the decisions and the group's id.
+    pub(super) async fn decide(
+        &self,
+        checks: &[Check<'_>],
+        at_ms: Option<u64>,
+        folded: Option<&FoldedGroup<'_>>,
+    ) -> Result<(Vec<Decision>, Option<String>), LimiterError> {
         let now = at_ms.unwrap_or_else(|| self.clock.now_ms());
         let groups = if self.conn.is_cluster() {
+            if folded.is_some() {
+                return Err(super::not_foldable());
+            }
             group_by_subject(checks)
+        } else if folded.is_some() {
+            // The look-up runs even when no rule applies: the invite records its group.
+            vec![Group {
+                members: (0..checks.len()).collect(),
+            }]
         } else {
             one_group(checks)
         };
@@ -192,14 +257,14 @@ impl RedisStore {
             // One call goes out as a plain command: no pipeline to build or unpack.
             let mut conn = self.conn.clone();
             vec![
-                self.command(checks, group, now, false)
+                self.command(checks, group, now, folded, false)
                     .query_async::<Value>(&mut conn)
                     .await,
             ]
         } else {
             let cmds: Vec<Cmd> = groups
                 .iter()
-                .map(|group| self.command(checks, group, now, false))
+                .map(|group| self.command(checks, group, now, None, false))
                 .collect();
             self.conn.send_all(cmds).await?
         };
@@ -224,7 +289,7 @@ impl RedisStore {
             }
             let cmds: Vec<Cmd> = again
                 .iter()
-                .map(|&(n, by_source)| self.command(checks, &groups[n], now, by_source))
+                .map(|&(n, by_source)| self.command(checks, &groups[n], now, folded, by_source))
                 .collect();
             let retried = self.conn.send_all(cmds).await?;
             for ((n, _), reply) in again.into_iter().zip(retried) {
@@ -232,24 +297,33 @@ impl RedisStore {
             }
         }
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        let mut group_id = None;
         for (group, reply) in groups.iter().zip(replies) {
             let reply = reply?;
-            let answers = if let [_] = group.members.as_slice() {
-                vec![reply]
-            } else {
-                match reply {
-                    Value::Array(answers) if answers.len() == group.members.len() => answers,
-                    other => return Err(LimiterError::BadReply(format!("{other:?}"))),
+            let answers = match (reply, folded) {
+                (reply, None) if group.members.len() == 1 => vec![reply],
+                (Value::Array(mut answers), folded)
+                    if answers.len() == group.members.len() + usize::from(folded.is_some()) =>
+                {
+                    if folded.is_some() {
+                        group_id = Some(match answers.remove(0) {
+                            Value::BulkString(id) => group_id_of(&id)?,
+                            other => return Err(LimiterError::BadReply(format!("{other:?}"))),
+                        });
+                    }
+                    answers
                 }
+                (other, _) => return Err(LimiterError::BadReply(format!("{other:?}"))),
             };
             for (&n, answer) in group.members.iter().zip(answers) {
                 decisions[n] = Some(parse_reply(checks[n].quota, answer)?);
             }
         }
-        decisions
+        let decisions = decisions
             .into_iter()
             .map(|d| d.ok_or_else(|| LimiterError::BadReply("a check had no answer".into())))
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((decisions, group_id))
     }
 
     pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {

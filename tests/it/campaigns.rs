@@ -552,19 +552,94 @@ fn signature(values: impl Fn(usize) -> u32) -> sendguard::campaigns::fingerprint
     Signature::from_bytes(&bytes).expect("a signature")
 }
 
+/// How a test looks a text's group up: in the group script's own call, or riding in the
+/// limiter's call that counts the rules (a single server's way, here with no rule).
+#[derive(Clone, Copy)]
+enum LookUp {
+    OwnCall,
+    Folded,
+}
+
+/// The groups of a text, looked up as `how` says.
+struct GroupsBy {
+    groups: sendguard::campaigns::groups::Groups,
+    limiter: sendguard::limiter::Limiter,
+    how: LookUp,
+}
+
+impl GroupsBy {
+    async fn group_of(
+        &self,
+        signature: &sendguard::campaigns::fingerprint::Signature,
+        window_secs: u64,
+    ) -> Result<String, sendguard::limiter::LimiterError> {
+        match self.how {
+            LookUp::OwnCall => self.groups.group_of(signature, window_secs).await,
+            LookUp::Folded => {
+                let lookup = self.groups.fold(signature, window_secs);
+                let folded = sendguard::limiter::FoldedGroup {
+                    lookup: &lookup,
+                    checks: Vec::new(),
+                };
+                let (decisions, id) = self.limiter.check_folded(&[], None, &folded).await?;
+                assert!(decisions.is_empty());
+                Ok(id)
+            }
+        }
+    }
+}
+
+/// Whether the test Redis is a cluster, where a look-up cannot ride in the rules' call (each
+/// subject's keys live on their own node): then the limiter refuses one.
+async fn a_cluster_refuses_a_folded_look_up(
+    groups: &sendguard::campaigns::groups::Groups,
+    limiter: &sendguard::limiter::Limiter,
+) -> bool {
+    if groups.folds() {
+        return false;
+    }
+    let lookup = groups.fold(&signature(|n| n as u32), 60);
+    let folded = sendguard::limiter::FoldedGroup {
+        lookup: &lookup,
+        checks: Vec::new(),
+    };
+    let refused = limiter.check_folded(&[], None, &folded).await;
+    assert!(refused.is_err(), "{refused:?}");
+    true
+}
+
 /// The groups in Redis: the same text and a near-duplicate join the group of the text they
 /// match; a text that shares a band with a group but not its signature starts its own and takes
 /// no band from it; every hash written has a lifetime; and a group of the last generation is
 /// found and carried into this one, where the generation after finds it in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not() {
+    groups_in_redis(LookUp::OwnCall).await;
+}
+
+/// The same, each look-up riding in the limiter's call: the one function in both scripts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_in_the_rules_call_groups_texts_as_its_own_call_does() {
+    groups_in_redis(LookUp::Folded).await;
+}
+
+async fn groups_in_redis(how: LookUp) {
     use sendguard::campaigns::fingerprint::{BANDS, ROWS};
     use sendguard::campaigns::groups::{Groups, generation, store_key};
     use sendguard::limiter::Limiter;
     let store = crate::support::redis_store().await;
     let limiter = Limiter::Redis(store.clone());
     let prefix = crate::support::unique_prefix("groups");
-    let groups = Groups::new(&limiter, &prefix);
+    let groups = GroupsBy {
+        groups: Groups::new(&limiter, &prefix),
+        limiter,
+        how,
+    };
+    if matches!(how, LookUp::Folded)
+        && a_cluster_refuses_a_folded_look_up(&groups.groups, &groups.limiter).await
+    {
+        return;
+    }
     let day = 86_400;
     let text = |n: usize| n as u32 * 7 + 1;
     let first = groups.group_of(&signature(text), day).await.expect("group");
@@ -678,5 +753,164 @@ async fn near_duplicates_share_a_group_in_redis_and_a_shared_band_alone_does_not
     assert_eq!(
         later, old,
         "the carried group, with its first text's signature, is found a generation later"
+    );
+}
+
+/// A look-up riding in the rules' call counts the text under the group it finds: a
+/// near-duplicate of a text grouped by a call of its own (a cluster's way) is counted on that
+/// group's keys, a sliding log's sequence key with them, and nothing is left under the id that
+/// stood in for the group; the sender's rule in the same call keeps its own key; a text of its
+/// own is counted under its new group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_in_the_rules_call_counts_the_text_under_the_group_it_finds() {
+    use sendguard::campaigns::groups::{Groups, group_id};
+    use sendguard::limiter::{Algorithm, Check, EdgeMode, FoldedGroup, Limiter, Quota};
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix("folded");
+    let groups = Groups::new(&limiter, &prefix);
+    if a_cluster_refuses_a_folded_look_up(&groups, &limiter).await {
+        return;
+    }
+    let day = 86_400;
+    let text = |n: usize| n as u32 * 13 + 5;
+    let first = groups.group_of(&signature(text), day).await.expect("group");
+    let counts = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let log = Quota::new(5, 3600, Algorithm::SlidingLog);
+    let subject = |group: &str| format!("fingerprint:{group}");
+    let counted = limiter
+        .check(
+            &prefix.key(&subject(&first), "campaign-text", &counts),
+            &counts,
+            1,
+            None,
+        )
+        .await
+        .expect("count");
+    assert_eq!(counted.count, 1, "the group's count holds one invite");
+
+    // The sender's rule, then two of the text's group, one a sliding log (two keys).
+    let call = async |signature| {
+        let lookup = groups.fold(&signature, day);
+        let fresh = group_id(lookup.fresh);
+        let keys = [
+            prefix.key("sender:u_1", "sender-hourly", &counts),
+            prefix.key(&subject(&fresh), "campaign-text", &counts),
+            prefix.key(&subject(&fresh), "campaign-log", &log),
+        ];
+        let checks = [
+            Check::new(&keys[0], &counts, 1),
+            Check::new(&keys[1], &counts, 1),
+            Check::new(&keys[2], &log, 1),
+        ];
+        let folded = FoldedGroup {
+            lookup: &lookup,
+            checks: vec![1, 2],
+        };
+        let (decisions, group) = limiter
+            .check_folded(&checks, None, &folded)
+            .await
+            .expect("decide");
+        let seen: Vec<u64> = decisions.iter().map(|d| d.count).collect();
+        (fresh, group, seen)
+    };
+    let keys_of = async |group: &str| -> Vec<String> {
+        let tag = format!("{}:{{{}}}:", prefix.as_str(), subject(group));
+        let mut keys: Vec<String> = crate::support::keys_under(&store, &prefix)
+            .await
+            .into_iter()
+            .filter(|k| k.starts_with(&tag))
+            .collect();
+        keys.sort();
+        keys
+    };
+
+    // 60 of 64 values agree.
+    let near = signature(|n| {
+        if n.is_multiple_of(16) {
+            8_000_000 + n as u32
+        } else {
+            text(n)
+        }
+    });
+    let (fresh, group, seen) = call(near).await;
+    assert_eq!(
+        group, first,
+        "the near-duplicate joins the first text's group"
+    );
+    assert_eq!(
+        seen,
+        vec![1, 2, 1],
+        "the sender counted on its own key, the text on its group's"
+    );
+    assert!(
+        keys_of(&fresh).await.is_empty(),
+        "nothing under the stand-in"
+    );
+    let log_key = prefix.key(&subject(&first), "campaign-log", &log);
+    let expected = {
+        let mut k = vec![
+            prefix
+                .key(&subject(&first), "campaign-text", &counts)
+                .as_str()
+                .to_owned(),
+            log_key.as_str().to_owned(),
+            format!("{}:seq", log_key.as_str()),
+        ];
+        k.sort();
+        k
+    };
+    assert_eq!(keys_of(&first).await, expected, "the group's three keys");
+
+    let (fresh, group, seen) = call(signature(|n| 3_000_000 + n as u32 * 17)).await;
+    assert_eq!(group, fresh, "a text of its own starts a group");
+    assert_ne!(group, first);
+    assert_eq!(seen, vec![2, 1, 1], "counted under its new group");
+    assert_eq!(keys_of(&fresh).await.len(), 3);
+}
+
+/// On a single server an invite's text is grouped in the call that counts its rules: one
+/// script call an invite, not one for the group and one for the rules. Near-duplicates sent
+/// through the API are recorded under one group, the group the first of them started. A Redis
+/// server of the test's own, so that no other test's calls are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_with_a_text_is_one_script_call_on_a_single_server() {
+    let redis = crate::support::redis_server::RedisServer::start().await;
+    let url = redis.url();
+    let stage = Stage::start_prepared(
+        "campaign_one_call",
+        async |_| {},
+        |cfg| {
+            cfg.redis_url = url.clone();
+        },
+    )
+    .await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let store = sendguard::limiter::RedisStore::connect(&sendguard::limiter::RedisSettings::new(
+        redis.url(),
+    ))
+    .await
+    .expect("connect");
+    // What the service's start ran is not counted.
+    crate::support::query::<()>(&store, redis::cmd("CONFIG").arg("RESETSTAT")).await;
+    let invites = 4;
+    for s in 0..invites {
+        assert_eq!(send_pitch(&api, s, 0).await, StatusCode::OK);
+    }
+    let calls: u64 = crate::limiter_redis::command_calls(&store)
+        .await
+        .iter()
+        .filter(|(name, _)| name == "evalsha" || name == "eval")
+        .map(|(_, calls)| calls)
+        .sum();
+    assert_eq!(calls, invites as u64, "script calls for {invites} invites");
+    let groups: Vec<Vec<String>> = sqlx::query_scalar("SELECT DISTINCT campaign_keys FROM invites")
+        .fetch_all(&stage.pool)
+        .await
+        .expect("keys");
+    assert_eq!(groups.len(), 1, "one group for near-duplicates: {groups:?}");
+    assert!(
+        groups[0].len() == 1 && groups[0][0].starts_with("fingerprint:"),
+        "{groups:?}"
     );
 }

@@ -205,7 +205,7 @@ async fn private_store() -> (
 
 /// Calls of each command the store's server ran, scripts' own commands included, from `INFO
 /// commandstats`.
-async fn command_calls(store: &sendguard::limiter::RedisStore) -> Vec<(String, u64)> {
+pub(crate) async fn command_calls(store: &sendguard::limiter::RedisStore) -> Vec<(String, u64)> {
     let stats: String = crate::support::query(store, redis::cmd("INFO").arg("commandstats")).await;
     stats
         .lines()

@@ -1,20 +1,21 @@
--- The near-duplicate group of one text (src/campaigns/groups.rs).
--- KEYS[1], KEYS[2]: the store of this generation and of the last one, a hash of band -> group
--- and of '#' .. group -> the group's signature (a band is 6 bytes, a signature field 9).
--- ARGV[1]: the text's signature (a version byte, then each value's low byte); ARGV[2]: the id of
--- a new group (8 random bytes); ARGV[3]: when this generation's hash expires (Unix seconds:
--- after the next generation, which reads them as its last); ARGV[4]: the values that must agree
--- for a match; ARGV[5..]: the text's bands (6 bytes each). Bands, ids and signatures are bytes,
--- not text: as hash fields and values of a few bytes each, every byte of a string counts.
+-- The near-duplicate group of one text (src/campaigns/groups.rs): the body of
+-- `function(here, before, sig, fresh, expires, needed, bands)`, run as a script of its own
+-- (groups.rs wraps it, on a cluster and in `bench groups`) and inside the limiter's script on a
+-- single server, where it runs before the rules that count the group (decide_head.lua).
+-- here, before: the store of this generation and of the last one, a hash of band -> group and
+-- of '#' .. group -> the group's signature (a band is 6 bytes, a signature field 9).
+-- sig: the text's signature (a version byte, then each value's low byte); fresh: the id of a
+-- new group (8 random bytes); expires: when this generation's hash expires (Unix seconds:
+-- after the next generation, which reads them as its last); needed: the values that must agree
+-- for a match (a number); bands: the text's bands (6 bytes each). Bands, ids and signatures are
+-- bytes, not text: as hash fields and values of a few bytes each, every byte of a string counts.
+-- Returns the group's id.
 -- The bands of each generation are read in one call and the new ones written in one, with the
 -- signature of a new group (a form that read and wrote each band on its own took 50 calls a
 -- text; a text that starts a group, most texts, now takes 4). Nothing is read or written that
 -- the answer does not need: a campaign's payload sent as it is, once its group holds all of its
 -- bands in this generation, reads the bands and the group's signature, and writes nothing.
-local sig = ARGV[1]
-local needed = tonumber(ARGV[4])
-local bands = { unpack(ARGV, 5) }
-local this = redis.call('HMGET', KEYS[1], unpack(bands))
+local this = redis.call('HMGET', here, unpack(bands))
 -- Read at the first band whose group in this generation does not match.
 local last = nil
 
@@ -53,9 +54,9 @@ local function matches(id)
     return false
   end
   tried[id] = true
-  local other = redis.call('HGET', KEYS[1], '#' .. id)
+  local other = redis.call('HGET', here, '#' .. id)
   if not other then
-    other = redis.call('HGET', KEYS[2], '#' .. id)
+    other = redis.call('HGET', before, '#' .. id)
     carried[id] = other
   end
   return agreement(other) >= needed
@@ -66,7 +67,7 @@ for n = 1, #bands do
   if matches(this[n]) then
     found = this[n]
   else
-    last = last or redis.call('HMGET', KEYS[2], unpack(bands))
+    last = last or redis.call('HMGET', before, unpack(bands))
     if matches(last[n]) then
       found = last[n]
     end
@@ -78,7 +79,7 @@ end
 
 -- The group keeps the signature of the text that started it, carried into each generation. A
 -- key gets its expiry when written, the same time at every write of its generation.
-local id = found or ARGV[2]
+local id = found or fresh
 local claims = {}
 if not found or carried[id] then
   claims[1], claims[2] = '#' .. id, carried[id] or sig
@@ -91,7 +92,7 @@ for n = 1, #bands do
   end
 end
 if #claims > 0 then
-  redis.call('HSET', KEYS[1], unpack(claims))
-  redis.call('EXPIREAT', KEYS[1], ARGV[3])
+  redis.call('HSET', here, unpack(claims))
+  redis.call('EXPIREAT', here, expires)
 end
 return id

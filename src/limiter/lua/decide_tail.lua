@@ -5,7 +5,7 @@
     k = k + 1
   end
   local answer = run(key, key2, ARGV[n + 1], ARGV[n + 2], ARGV[n + 3] + 0)
-  if #ARGV == 5 then
+  if not out and n + 3 == #ARGV then
     return answer
   end
   out = out or {}
