@@ -1,8 +1,8 @@
-//! `sendguard bench groups`: the near-duplicate group script (`lua/group.lua`) next to a plain
-//! `PING` from the same clients in the same run, for four kinds of text; the time Redis spent
-//! in the script per call (`INFO commandstats`: on a server with other traffic, theirs counts
-//! too); and the Redis bytes each text leaves in the group store (its bands and, when it starts
-//! a group, its signature).
+//! `sendguard bench groups`: the near-duplicate group script (`src/limiter/lua/group.lua`) next
+//! to a plain `PING` from the same clients in the same run, for four kinds of text; the time
+//! Redis spent in the script per call (`INFO commandstats`: on a server with other traffic,
+//! theirs counts too); and the Redis bytes each text leaves in the group store (its bands and,
+//! when it starts a group, its signature).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -3,41 +3,23 @@
 //! the group's own signature), or starts a group of its own. Senders are then counted on one
 //! key per group, not per band.
 //!
-//! In Redis, one script call per text (`lua/group.lua`) keeps the lookup and the claim atomic:
-//! two instances seeing the first two copies of a text at once put them in one group. On a
-//! single server the look-up rides in the limiter's call that counts the invite's rules
-//! ([`Groups::fold`]): one round trip an invite instead of two. Bands and
-//! signatures live in one hash per generation as long as the longest fingerprint rule's window,
-//! read for this generation and the last: a group lives while its texts keep coming. The
-//! generations' hashes share one hash tag, so on a cluster they sit on one node.
+//! In Redis, one script call per text (`src/limiter/lua/group.lua`) keeps the lookup and the
+//! claim atomic: two instances seeing the first two copies of a text at once put them in one
+//! group. On a single server the look-up rides in the limiter's call that counts the invite's
+//! rules ([`Groups::fold`]): one round trip an invite instead of two. Bands and signatures live
+//! in one hash per generation as long as the longest fingerprint rule's window, read for this
+//! generation and the last: a group lives while its texts keep coming. The generations' hashes
+//! share one hash tag, so on a cluster they sit on one node.
 
 use std::sync::{Arc, Mutex};
 
 use redis::Script;
 
 use super::fingerprint::{AGREEING, BAND_BYTES, Index, Signature};
-use crate::limiter::{KeyPrefix, Limiter, LimiterError, RedisConnection, now_ms};
-
-/// The look-up as a Lua function, `group(here, before, sig, fresh, expires, needed, bands)`,
-/// answering the group's id (`lua/group.lua` says what each argument is).
-macro_rules! group_function {
-    () => {
-        concat!(
-            "local function group(here, before, sig, fresh, expires, needed, bands)\n",
-            include_str!("lua/group.lua"),
-            "end\n"
-        )
-    };
-}
-
-/// The look-up's function, for the limiter's script to define ([`Groups::fold`]).
-pub const FUNCTION: &str = group_function!();
-
-/// The group script: the look-up as a call of its own, its arguments in [`Lookup`]'s order.
-pub const SCRIPT: &str = concat!(
-    group_function!(),
-    "return group(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4] + 0, { unpack(ARGV, 5) })\n"
-);
+use crate::limiter::{
+    GROUP_SCRIPT, GroupLookup, KeyPrefix, Limiter, LimiterError, RedisConnection, group_id,
+    group_id_of, now_ms,
+};
 
 /// Texts an in-process store keeps before it starts again (one instance, no Redis).
 const MEMORY_TEXTS: usize = 100_000;
@@ -62,7 +44,7 @@ impl Groups {
     pub fn new(limiter: &Limiter, keys: &KeyPrefix) -> Groups {
         let store = match limiter {
             Limiter::Redis(redis) => {
-                Store::Redis(redis.connection(), Arc::new(Script::new(SCRIPT)))
+                Store::Redis(redis.connection(), Arc::new(Script::new(GROUP_SCRIPT)))
             }
             Limiter::Memory(_) => Store::Memory(Arc::new(Mutex::new((Index::new(), 0)))),
         };
@@ -81,8 +63,8 @@ impl Groups {
     }
 
     /// The look-up of a text of `signature` as arguments for the limiter's call, which answers
-    /// the group's id ([`group_id`] names it). Until then, [`Lookup::fresh`] stands for it.
-    pub fn fold(&self, signature: &Signature, window_secs: u64) -> Lookup {
+    /// the group's id ([`group_id`] names it). Until then, [`GroupLookup::fresh`] stands for it.
+    pub fn fold(&self, signature: &Signature, window_secs: u64) -> GroupLookup {
         let window = window_secs.max(1);
         let current = generation(window);
         let fresh: [u8; 8] = rand::random();
@@ -97,7 +79,7 @@ impl Groups {
                 .bands()
                 .map(|band| band.to_le_bytes()[..BAND_BYTES].to_vec()),
         );
-        Lookup {
+        GroupLookup {
             stores: [
                 store_key(&self.prefix, current),
                 store_key(&self.prefix, current.saturating_sub(1)),
@@ -144,24 +126,6 @@ impl Groups {
     }
 }
 
-/// A text's group look-up as the group script's keys and arguments.
-#[derive(Debug, Clone)]
-pub struct Lookup {
-    /// The store of this generation and of the last.
-    pub stores: [String; 2],
-    /// The script's arguments.
-    pub args: Vec<Vec<u8>>,
-    /// The id of the group the text starts if it matches none.
-    pub fresh: [u8; 8],
-}
-
-/// A group's id from the script's answer: its 8 bytes.
-pub fn group_id_of(reply: &[u8]) -> Result<String, LimiterError> {
-    let id = <[u8; 8]>::try_from(reply)
-        .map_err(|_| LimiterError::BadReply(format!("a group id of {reply:?}")))?;
-    Ok(group_id(id))
-}
-
 /// The generation of the group store at this time, for groups kept `window_secs`.
 pub fn generation(window_secs: u64) -> u64 {
     now_ms() / 1000 / window_secs.max(1)
@@ -172,12 +136,6 @@ pub fn generation(window_secs: u64) -> u64 {
 /// live one to two windows, however late in it they came.
 fn expires_at(g: u64, window_secs: u64) -> u64 {
     (g + 2) * window_secs + CLOCK_SLACK_SECS
-}
-
-/// A group's id as counts and campaigns name it: its 8 bytes as 16 hexadecimal digits (the
-/// limiter's script writes a folded look-up's group into its keys the same way).
-pub fn group_id(id: [u8; 8]) -> String {
-    format!("{:016x}", u64::from_be_bytes(id))
 }
 
 /// The group store's hash of a generation: its bands' groups and its groups' signatures. Its

@@ -70,7 +70,7 @@ pub struct Subjects {
     pub keys: Vec<String>,
     /// The look-up of its text's group, to ride in the rules' call ([`Groups::fold`]): the
     /// first of `keys` names the group by the look-up's fresh id until the call answers.
-    pub pending: Option<groups::Lookup>,
+    pub pending: Option<crate::limiter::GroupLookup>,
 }
 
 impl Subjects {
@@ -103,7 +103,7 @@ impl Campaigns {
         {
             let group = if self.groups.folds() {
                 let lookup = self.groups.fold(&f.signature, window);
-                let fresh = groups::group_id(lookup.fresh);
+                let fresh = crate::limiter::group_id(lookup.fresh);
                 out.pending = Some(lookup);
                 fresh
             } else {

@@ -239,7 +239,7 @@ async fn replay(redis_url: &str, capture: &std::path::Path, repeat: usize) -> Re
         },
         replay::Known {
             name: "campaign groups",
-            source: sendguard::campaigns::groups::SCRIPT,
+            source: sendguard::limiter::GROUP_SCRIPT,
         },
     ];
     let rows = replay::run(&RedisSettings::new(redis_url), &capture, &known, repeat).await?;

@@ -10,6 +10,7 @@ pub mod bench;
 mod clock;
 mod connection;
 mod distinct;
+mod group_lookup;
 mod keys;
 mod memory;
 mod redis_store;
@@ -20,10 +21,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::campaigns::groups::Lookup;
-
 pub use connection::{RedisConnection, RedisSettings, RedisTarget};
 pub use distinct::MAX_DISTINCT_LIMIT;
+pub use group_lookup::{FoldedGroup, GroupLookup, SCRIPT as GROUP_SCRIPT, group_id, group_id_of};
 pub use keys::{KeyPrefix, LimitKey, rule_code};
 pub use memory::MemoryStore;
 pub use redis_store::{RedisStore, script_source};
@@ -244,15 +244,6 @@ impl<'a> Check<'a> {
     }
 }
 
-/// A text's near-duplicate group looked up in the rules' own script call, before them: one
-/// round trip for both (a single Redis server only, [`crate::campaigns::groups::Groups::fold`]).
-pub struct FoldedGroup<'a> {
-    pub lookup: &'a Lookup,
-    /// The checks whose keys hold the group's id: they are written with the look-up's fresh
-    /// id, which the script replaces when the text joins an older group.
-    pub checks: Vec<usize>,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum LimiterError {
     #[error("invalid quota: {0}")]
@@ -349,8 +340,8 @@ impl Limiter {
     }
 }
 
-/// A folded look-up sent where it cannot fold: a bug of the caller's, which asks
-/// [`crate::campaigns::groups::Groups::folds`] first.
+/// A folded look-up sent where it cannot fold: a bug of the caller's, which asks first
+/// whether the store folds (the campaign groups' `folds`).
 fn not_foldable() -> LimiterError {
     LimiterError::Config("a group look-up rides in the rules' call only on a single server".into())
 }

@@ -16,11 +16,11 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use super::clock::Clock;
+use super::group_lookup::{self, group_id, group_id_of};
 use super::{
     Algorithm, Check, Decision, EdgeMode, FoldedGroup, LimitKey, LimiterError, MAX_LIMIT,
     MAX_WINDOW_MS, Quota, RedisConnection, RedisSettings,
 };
-use crate::campaigns::groups::{group_id, group_id_of};
 
 /// The one script: a loop over the rules (opened in `decide_head.lua`, closed in
 /// `decide_tail.lua`) that picks each rule's algorithm by its code; an algorithm is a function
@@ -53,7 +53,7 @@ impl Script {
             .collect();
         let mut source = format!("local {}\n", made.join(", "));
         source.push_str(include_str!("lua/decide_head.lua"));
-        source.push_str(crate::campaigns::groups::FUNCTION);
+        source.push_str(group_lookup::FUNCTION);
         source.push_str(include_str!("lua/decide_group.lua"));
         for (n, (code, fast, body)) in algorithms.iter().enumerate() {
             source.push_str(&format!(

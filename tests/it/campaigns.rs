@@ -763,8 +763,8 @@ async fn groups_in_redis(how: LookUp) {
 /// own is counted under its new group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_look_up_in_the_rules_call_counts_the_text_under_the_group_it_finds() {
-    use sendguard::campaigns::groups::{Groups, group_id};
-    use sendguard::limiter::{Algorithm, Check, EdgeMode, FoldedGroup, Limiter, Quota};
+    use sendguard::campaigns::groups::Groups;
+    use sendguard::limiter::{Algorithm, Check, EdgeMode, FoldedGroup, Limiter, Quota, group_id};
     let store = crate::support::redis_store().await;
     let limiter = Limiter::Redis(store.clone());
     let prefix = crate::support::unique_prefix("folded");

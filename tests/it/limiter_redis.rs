@@ -293,7 +293,8 @@ async fn a_denied_attempt_without_a_reported_wait_is_two_commands() {
 /// build does not have is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_times_each_script_apart_from_its_commands() {
-    use sendguard::campaigns::groups::{Groups, SCRIPT};
+    use sendguard::campaigns::groups::Groups;
+    use sendguard::limiter::GROUP_SCRIPT;
     use sendguard::limiter::replay::{self, Known};
     let (server, store) = private_store().await;
     let capture_file = std::env::temp_dir().join(format!("sg-replay-{}", server.port));
@@ -345,7 +346,7 @@ async fn a_replay_times_each_script_apart_from_its_commands() {
         },
         Known {
             name: "groups",
-            source: SCRIPT,
+            source: GROUP_SCRIPT,
         },
     ];
     let settings = sendguard::limiter::RedisSettings::new(server.url());
@@ -357,7 +358,7 @@ async fn a_replay_times_each_script_apart_from_its_commands() {
             .filter(|call| call[1] == sha.as_bytes())
             .count()
     };
-    let (limiter_calls, group_calls) = (captured(&limiter_source), captured(SCRIPT));
+    let (limiter_calls, group_calls) = (captured(&limiter_source), captured(GROUP_SCRIPT));
     assert!(
         limiter_calls >= 4 && group_calls >= 2,
         "{limiter_calls} limiter and {group_calls} group calls captured: {capture}"

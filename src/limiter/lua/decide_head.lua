@@ -15,7 +15,7 @@
 -- algorithm's `made_` local, which redis_store.rs declares above: every function or table the
 -- body makes is an allocation on every call, and the ones that used to wrap the dispatch cost a
 -- fast-path decision 8-19% of its time in Redis. For the same reason the group function
--- (`group`, campaigns/lua/group.lua) is made only in a call that looks a group up: the Rust
+-- (`group`, group.lua) is made only in a call that looks a group up: the Rust
 -- side puts it between this file and decide_group.lua.
 local now = ARGV[1] + 0
 local first = 3 + ARGV[2]

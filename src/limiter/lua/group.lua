@@ -1,7 +1,7 @@
 -- The near-duplicate group of one text (src/campaigns/groups.rs): the body of
--- `function(here, before, sig, fresh, expires, needed, bands)`, run as a script of its own
--- (groups.rs wraps it, on a cluster and in `bench groups`) and inside the limiter's script on a
--- single server, where it runs before the rules that count the group (decide_head.lua).
+-- `function(here, before, sig, fresh, expires, needed, bands)` (group_lookup.rs wraps it), run
+-- as a script of its own (on a cluster and in `bench groups`) and inside the limiter's script
+-- on a single server, where it runs before the rules that count the group (decide_head.lua).
 -- here, before: the store of this generation and of the last one, a hash of band -> group and
 -- of '#' .. group -> the group's signature (a band is 6 bytes, a signature field 9).
 -- sig: the text's signature (a version byte, then each value's low byte); fresh: the id of a
