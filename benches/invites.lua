@@ -22,6 +22,9 @@ local sender_prefix = os.getenv("SENDER_PREFIX") or "u"
 local spam_share = tonumber(os.getenv("SPAM_SHARE") or "0.02")
 local random_ips = os.getenv("SENDER_IPS") == "random"
 local bare = os.getenv("TRAFFIC") == "suppressed"
+-- FLOOR=healthz: `GET /healthz` instead of invites, on the same schedule (benches/servers.sh,
+-- `floors`: the service's cheapest request at the run's rate).
+local floor = os.getenv("FLOOR") == "healthz"
 
 -- The texts of ordinary invites, by share: the product's standard text (which the app lists as
 -- such, so that it never counts as a campaign; invites.sh passes it in STANDARD_TEXT), personal
@@ -107,6 +110,9 @@ local function random_ip()
 end
 
 function request()
+  if floor then
+    return wrk.format("GET", "/healthz", {}, "")
+  end
   local sender, ip, text, established
   if math.random() < spam_share then
     sender, ip = "spammer" .. math.random(1, 5), random_ip()

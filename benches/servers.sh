@@ -192,6 +192,61 @@ SQL
     END { printf "autovacuum: %d runs, %.2f s of CPU, %.1f ms per 1,000 invites\n", runs, u + s, (u + s) * 1e6 / (n > 0 ? n : 1) }' "$pg_dir/log"
 }
 
+# The floors at an everyday rate: what the least an invite could ask of each process costs that
+# process at $1 requests a second, spread over connections as the run spreads its invites (wrk's
+# $WRK_THREADS threads, default 2, and $WRK_CONNECTIONS connections, default 20; Postgres and
+# Redis one at a time, as one writer and one multiplexed connection see them), each for $2
+# seconds, in the run's own servers and instance. Prints `name microseconds` lines of CPU per
+# request:
+#   http      sendguard (pid $3, listening on 127.0.0.1:$4) answering `GET /healthz`, which
+#             reads nothing: its HTTP stack, runtime and wake-ups alone;
+#   postgres  every PostgreSQL process (port $5, `pg_pid`), for a single-row insert committed on
+#             its own (`pgbench`, in a scratch database);
+#   redis     Redis (port $6, `redis_pid`), for a `PING`.
+# Each is read from /proc over the same stretch as its requests, idle work included.
+floors() {
+  local rate=$1 seconds=$2 pid=$3 port=$4 pg_port=$5 rport=$6 hz n a b out
+  hz=$(getconf CLK_TCK)
+  a=$(ticks "$pid")
+  out=$(FLOOR=healthz RATE=$rate wrk -t "${WRK_THREADS:-2}" -c "${WRK_CONNECTIONS:-20}" -d "${seconds}s" \
+    -s benches/invites.lua "http://127.0.0.1:$port" | grep '^RESULT')
+  b=$(ticks "$pid")
+  n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$out")
+  awk -v t=$((b - a)) -v n="$n" -v hz="$hz" 'BEGIN { printf "http %.1f\n", t * 1e6 / hz / (n > 0 ? n : 1) }'
+  psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE floor"
+  psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d floor \
+    -c "CREATE TABLE floor (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), body text)"
+  echo "INSERT INTO floor (body) VALUES ('an invitation to a document');" >"$pg_dir/floor.sql"
+  a=$(pg_ticks)
+  "$pg_bin/pgbench" -n -h 127.0.0.1 -p "$pg_port" -U postgres -c 1 -j 1 -M prepared -R "$rate" \
+    -T "$seconds" -f "$pg_dir/floor.sql" floor >/dev/null 2>&1
+  b=$(pg_ticks)
+  n=$(psql -q -At -h 127.0.0.1 -p "$pg_port" -U postgres -d floor -c "SELECT count(*) FROM floor")
+  psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "DROP DATABASE floor"
+  awk -v t=$((b - a)) -v n="$n" -v hz="$hz" 'BEGIN { printf "postgres %.1f\n", t * 1e6 / hz / (n > 0 ? n : 1) }'
+  a=$(ticks "$redis_pid")
+  n=$(python3 - "$rport" "$rate" "$seconds" <<'PY2'
+import socket, sys, time
+port, rate, seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+conn = socket.create_connection(("127.0.0.1", port))
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+step, at = 1.0 / rate, time.monotonic()
+end, sent = at + seconds, 0
+while at < end:
+    wait = at - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    conn.sendall(b"*1\r\n$4\r\nPING\r\n")
+    if conn.recv(16) != b"+PONG\r\n":
+        sys.exit("redis did not answer PONG")
+    sent, at = sent + 1, at + step
+print(sent)
+PY2
+)
+  b=$(ticks "$redis_pid")
+  awk -v t=$((b - a)) -v n="$n" -v hz="$hz" 'BEGIN { printf "redis %.1f\n", t * 1e6 / hz / (n > 0 ? n : 1) }'
+}
+
 # The message the product prefills, listed as the standard text of the app of $2 (with the
 # sendguard binary $1): it never counts as a campaign however many senders send it
 # (benches/invites.lua sends it as 45% of the messages).

@@ -4,6 +4,7 @@
 #   benches/soak.sh MINUTES RATE                  (e.g. 60 1000: an hour at 1,000 invites/s)
 #   SENDGUARD_BIN=path benches/soak.sh ...        (that binary instead of a release build here)
 #   SOAK_STEP=seconds                             (one line every so many seconds; default 60)
+#   SOAK_FLOORS=seconds                           (each floor's length; default 15, 0: none)
 #   BENCH_PORT, TRAFFIC, SENDERS, RECIPIENTS, PG_SETTINGS, BENCH_DIR: as benches/invites.sh.
 #
 # Starts the servers of benches/servers.sh (its own PostgreSQL configured as a small production
@@ -12,7 +13,9 @@
 # mostly delivers, scaled to MINUTES × RATE invites) one step after the other. After each step it
 # prints the step's throughput, p99 and failed requests, the emails delivered per second,
 # sendguard's resident memory and open files, Redis's memory, the database's size, the outbox's
-# depth and the age of its oldest queued invite.
+# depth and the age of its oldest queued invite. Before the load it measures the floors at RATE
+# (benches/servers.sh, `floors`): what a `GET /healthz` costs sendguard, a single-row insert
+# Postgres and a `PING` Redis at that rate; at the end, the run's CPU per invite against them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,8 +34,8 @@ db_url=postgres://postgres@127.0.0.1:$pg_port/$db?sslmode=disable
 # shellcheck source=benches/servers.sh
 . benches/servers.sh
 
-for cmd in wrk psql redis-cli redis-server curl; do
-  command -v "$cmd" >/dev/null || { echo "benches/soak.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server, curl)" >&2; exit 1; }
+for cmd in wrk psql redis-cli redis-server curl python3; do
+  command -v "$cmd" >/dev/null || { echo "benches/soak.sh: $cmd is missing (Debian: wrk, postgresql-client, redis-tools, redis-server, curl, python3)" >&2; exit 1; }
 done
 bin=${SENDGUARD_BIN:-./target/release/sendguard}
 [ -n "${SENDGUARD_BIN:-}" ] || cargo build --release -q
@@ -65,17 +68,25 @@ done
 curl -fs "http://127.0.0.1:$port/readyz" >/dev/null || { cat "$log" >&2; exit 1; }
 
 traffic_for $((minutes * 60 * rate))
-export SENDGUARD_API_KEY=$key WRK_THREADS=$threads RATE=$rate
+export SENDGUARD_API_KEY=$key WRK_THREADS=$threads WRK_CONNECTIONS=20 RATE=$rate
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2" | tail -n 1; }
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); $(date -u +%F); $minutes min at $rate/s, a line every $step s"
 echo "postgres: $(postgres_settings "$pg_port")"
 echo "traffic: ${TRAFFIC:-delivered}, $SENDERS senders, $RECIPIENTS recipients; mail through SMTP to smtp-sink"
+floor_secs=${SOAK_FLOORS:-15}
+declare -A floor=()
+if [ "$floor_secs" -gt 0 ]; then
+  while read -r name us; do floor[$name]=$us; done < <(floors "$rate" "$floor_secs" "$serve_pid" \
+    "$port" "$pg_port" "$redis_port")
+  echo "floors at $rate/s, CPU a request, $floor_secs s each: sendguard ${floor[http]} us a GET /healthz, postgres ${floor[postgres]} us a single-row insert, redis ${floor[redis]} us a PING"
+fi
 printf '%6s %9s %11s %7s %8s %7s %8s %6s %9s %9s %7s %8s %14s %9s\n' \
   at_s accepted/s delivered/s p99_ms p99.9_ms failed rss_mb files redis_mb pg_mb outbox oldest_s \
   "cpu_ms/1k s,p,r" wakeups/s
 hz=$(getconf CLK_TCK)
 started=$(date +%s)
 steps=$(((minutes * 60 + step - 1) / step))
+total_s=0 total_p=0 total_r=0 total_n=0
 invites0=$(pgsql -c "SELECT count(*) FROM invites")
 metrics0=$(waited)
 redis_commands "$redis_port" >"$pg_dir/redis0"
@@ -83,10 +94,12 @@ for _ in $(seq 1 "$steps"); do
   d0=$(delivered_count "$metrics_port")
   s0=$(ticks "$serve_pid"); p0=$(pg_ticks); r0=$(ticks "$redis_pid"); w0=$(wakeups "$serve_pid")
   t0=$(date +%s.%N)
-  out=$(wrk -t "$threads" -c 20 -d "${step}s" -s benches/invites.lua "http://127.0.0.1:$port" | grep '^RESULT')
+  out=$(wrk -t "$threads" -c "$WRK_CONNECTIONS" -d "${step}s" -s benches/invites.lua "http://127.0.0.1:$port" | grep '^RESULT')
   t1=$(date +%s.%N)
   s1=$(ticks "$serve_pid"); p1=$(pg_ticks); r1=$(ticks "$redis_pid"); w1=$(wakeups "$serve_pid")
   elapsed=$(echo "$t1 - $t0" | bc)
+  total_s=$((total_s + s1 - s0)) total_p=$((total_p + p1 - p0)) total_r=$((total_r + r1 - r0))
+  total_n=$((total_n + $(field requests "$out")))
   delivered=$(awk -v d=$(($(delivered_count "$metrics_port") - d0)) -v t="$elapsed" 'BEGIN { printf "%.0f", d / t }')
   # CPU in ms per 1,000 invites accepted in the step, for sendguard, PostgreSQL and Redis.
   cpu=$(awk -v n="$(field requests "$out")" -v hz="$hz" -v s=$((s1 - s0)) -v p=$((p1 - p0)) -v r=$((r1 - r0)) \
@@ -101,6 +114,14 @@ for _ in $(seq 1 "$steps"); do
     "$depth" "$oldest" "$cpu" "$(echo "($w1 - $w0) / $elapsed" | bc)"
 done
 metrics1=$(waited)
+if [ "$floor_secs" -gt 0 ]; then
+  # The run's CPU per invite over the floor's per request: how many of the cheapest requests
+  # an invite costs each process.
+  awk -v hz="$hz" -v n="$total_n" -v s="$total_s" -v p="$total_p" -v r="$total_r" \
+    -v fs="${floor[http]}" -v fp="${floor[postgres]}" -v fr="${floor[redis]}" 'BEGIN { k = 1e6 / hz / (n > 0 ? n : 1)
+      printf "CPU per invite against the floors: sendguard %.0f us (%.2fx), postgres %.0f us (%.2fx), redis %.0f us (%.2fx)\n",
+        s * k, s * k / fs, p * k, p * k / fp, r * k, r * k / fr }'
+fi
 redis_commands "$redis_port" >"$pg_dir/redis1"
 invites=$(($(pgsql -c "SELECT count(*) FROM invites") - invites0))
 echo "delivered share of all invites: $(pgsql -c "SELECT round(100.0 * count(*) FILTER (WHERE status = 'sent') / greatest(count(*), 1), 1) FROM invites")%"
