@@ -43,7 +43,8 @@ pub struct GroupLookup {
 pub struct FoldedGroup<'a> {
     pub lookup: &'a GroupLookup,
     /// The checks whose keys hold the group's id: they are written with the look-up's fresh
-    /// id, which the script replaces when the text joins an older group.
+    /// id, which the script replaces when the text joins an older group. A call with a check
+    /// listed here whose key lacks that id is refused before it is sent.
     pub checks: Vec<usize>,
 }
 

@@ -256,6 +256,10 @@ pub enum LimiterError {
     Config(String),
     #[error("unexpected reply from a limiter script: {0}")]
     BadReply(String),
+    /// A group look-up that cannot ride in the rules' call: on a cluster, or with a check whose
+    /// key lacks the id standing in for the group. A caller's bug either way.
+    #[error("a group look-up in the rules' call: {0}")]
+    Fold(String),
     /// A replay of captured calls that cannot be measured (`bench replay`).
     #[error("bench replay: {0}")]
     Replay(String),
@@ -343,7 +347,7 @@ impl Limiter {
 /// A folded look-up sent where it cannot fold: a bug of the caller's, which asks first
 /// whether the store folds (the campaign groups' `folds`).
 fn not_foldable() -> LimiterError {
-    LimiterError::Config("a group look-up rides in the rules' call only on a single server".into())
+    LimiterError::Fold("it rides in the rules' call only on a single server".into())
 }
 
 fn validate(checks: &[Check<'_>]) -> Result<(), LimiterError> {

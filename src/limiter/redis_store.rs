@@ -148,7 +148,7 @@ impl RedisStore {
         now: u64,
         folded: Option<&FoldedGroup<'_>>,
         by_source: bool,
-    ) -> Cmd {
+    ) -> Result<Cmd, LimiterError> {
         let mut cmd = if by_source {
             let mut c = redis::cmd("EVAL");
             c.arg(&self.script.source);
@@ -176,10 +176,18 @@ impl RedisStore {
         let mut place = stores;
         for &n in &group.members {
             let key = checks[n].key.as_str();
-            let at = fresh
-                .as_ref()
-                .filter(|(f, _)| f.checks.contains(&n))
-                .and_then(|(_, id)| key.find(id.as_str()));
+            let at = match &fresh {
+                Some((f, id)) if f.checks.contains(&n) => match key.find(id.as_str()) {
+                    Some(at) => Some(at),
+                    // Its count would land on a key of no group, the group's own left uncounted.
+                    None => {
+                        return Err(LimiterError::Fold(format!(
+                            "the key {key} counts the text's group but lacks the id standing in for it"
+                        )));
+                    }
+                },
+                _ => None,
+            };
             let log = checks[n].quota.algorithm == Algorithm::SlidingLog;
             cmd.arg(key);
             if log {
@@ -217,7 +225,7 @@ impl RedisStore {
             };
             cmd.arg(packed_rule(check.quota));
         }
-        cmd
+        Ok(cmd)
     }
 
     /// Every check, in one script call on a single server or one per subject on a cluster;
@@ -257,15 +265,15 @@ impl RedisStore {
             // One call goes out as a plain command: no pipeline to build or unpack.
             let mut conn = self.conn.clone();
             vec![
-                self.command(checks, group, now, folded, false)
+                self.command(checks, group, now, folded, false)?
                     .query_async::<Value>(&mut conn)
                     .await,
             ]
         } else {
-            let cmds: Vec<Cmd> = groups
+            let cmds = groups
                 .iter()
                 .map(|group| self.command(checks, group, now, None, false))
-                .collect();
+                .collect::<Result<Vec<Cmd>, _>>()?;
             self.conn.send_all(cmds).await?
         };
         // A call that did not run is sent again, alone: as EVAL where the node lacks the script,
@@ -287,10 +295,10 @@ impl RedisStore {
             if again.iter().any(|&(_, by_source)| !by_source) {
                 tokio::time::sleep(MOVE_PAUSE * attempt).await;
             }
-            let cmds: Vec<Cmd> = again
+            let cmds = again
                 .iter()
                 .map(|&(n, by_source)| self.command(checks, &groups[n], now, folded, by_source))
-                .collect();
+                .collect::<Result<Vec<Cmd>, _>>()?;
             let retried = self.conn.send_all(cmds).await?;
             for ((n, _), reply) in again.into_iter().zip(retried) {
                 replies[n] = reply;

@@ -869,6 +869,42 @@ async fn a_look_up_in_the_rules_call_counts_the_text_under_the_group_it_finds() 
     assert_eq!(keys_of(&fresh).await.len(), 3);
 }
 
+/// A check said to count the text's group whose key lacks the id standing in for it is refused
+/// before anything is counted: its count would land on a key of no group, and the group's own
+/// stay short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folded_check_whose_key_lacks_the_stand_in_is_refused() {
+    use sendguard::campaigns::groups::Groups;
+    use sendguard::limiter::{
+        Algorithm, Check, EdgeMode, FoldedGroup, Limiter, LimiterError, Quota,
+    };
+    let store = crate::support::redis_store().await;
+    let limiter = Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix("fold-key");
+    let groups = Groups::new(&limiter, &prefix);
+    if a_cluster_refuses_a_folded_look_up(&groups, &limiter).await {
+        return;
+    }
+    let counts = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let lookup = groups.fold(&signature(|n| n as u32 * 7 + 3), 86_400);
+    // Named after the sender, not the group.
+    let key = prefix.key("sender:u_1", "campaign-text", &counts);
+    let checks = [Check::new(&key, &counts, 1)];
+    let folded = FoldedGroup {
+        lookup: &lookup,
+        checks: vec![0],
+    };
+    let refused = limiter.check_folded(&checks, None, &folded).await;
+    assert!(
+        matches!(refused, Err(LimiterError::Fold(_))),
+        "refused: {refused:?}"
+    );
+    assert!(
+        crate::support::keys_under(&store, &prefix).await.is_empty(),
+        "nothing counted, no group stored"
+    );
+}
+
 /// On a single server an invite's text is grouped in the call that counts its rules: one
 /// script call an invite, not one for the group and one for the rules. Near-duplicates sent
 /// through the API are recorded under one group, the group the first of them started. A Redis
