@@ -869,6 +869,87 @@ async fn a_look_up_in_the_rules_call_counts_the_text_under_the_group_it_finds() 
     assert_eq!(keys_of(&fresh).await.len(), 3);
 }
 
+/// A folded call that meets a server without the script (NOSCRIPT) is sent again as EVAL with
+/// the same look-up: the near-duplicate joins the group it finds once, and every rule of the
+/// call, the group's count among them, is counted once. A Redis server of the test's own, whose
+/// script cache the test empties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folded_call_sent_again_after_noscript_counts_once() {
+    use sendguard::campaigns::groups::Groups;
+    use sendguard::limiter::{
+        Algorithm, Check, EdgeMode, FoldedGroup, Limiter, Quota, RedisSettings, RedisStore,
+        group_id,
+    };
+    let redis = crate::support::redis_server::RedisServer::start().await;
+    let store = RedisStore::connect(&RedisSettings::new(redis.url()))
+        .await
+        .expect("own redis");
+    let limiter = Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix("fold-noscript");
+    let groups = Groups::new(&limiter, &prefix);
+    assert!(groups.folds(), "a single server folds");
+    let day = 86_400;
+    let text = |n: usize| n as u32 * 11 + 2;
+    let first = groups.group_of(&signature(text), day).await.expect("group");
+    let counts = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
+    let subject = |group: &str| format!("fingerprint:{group}");
+
+    let () = crate::support::query(&store, redis::cmd("SCRIPT").arg("FLUSH")).await;
+    let () = crate::support::query(&store, redis::cmd("CONFIG").arg("RESETSTAT")).await;
+    let near = signature(|n| {
+        if n.is_multiple_of(16) {
+            9_000_000 + n as u32
+        } else {
+            text(n)
+        }
+    });
+    let lookup = groups.fold(&near, day);
+    let fresh = group_id(lookup.fresh);
+    let keys = [
+        prefix.key("sender:u_1", "sender-hourly", &counts),
+        prefix.key(&subject(&fresh), "campaign-text", &counts),
+    ];
+    let checks = [
+        Check::new(&keys[0], &counts, 1),
+        Check::new(&keys[1], &counts, 1),
+    ];
+    let folded = FoldedGroup {
+        lookup: &lookup,
+        checks: vec![1],
+    };
+    let (decisions, group) = limiter
+        .check_folded(&checks, None, &folded)
+        .await
+        .expect("decided after NOSCRIPT");
+    assert_eq!(
+        group, first,
+        "the near-duplicate joins the first text's group"
+    );
+    let seen: Vec<u64> = decisions.iter().map(|d| d.count).collect();
+    assert_eq!(seen, vec![1, 1], "each rule counted once");
+    let stats: String = crate::support::query(&store, redis::cmd("INFO").arg("commandstats")).await;
+    assert!(
+        stats.contains("cmdstat_eval:calls=1,"),
+        "sent again once, as EVAL: {stats}"
+    );
+
+    // The group's own key holds that one count: the next call, by EVALSHA again, finds it.
+    let lookup = groups.fold(&near, day);
+    let fresh = group_id(lookup.fresh);
+    let key = prefix.key(&subject(&fresh), "campaign-text", &counts);
+    let checks = [Check::new(&key, &counts, 1)];
+    let folded = FoldedGroup {
+        lookup: &lookup,
+        checks: vec![0],
+    };
+    let (decisions, group) = limiter
+        .check_folded(&checks, None, &folded)
+        .await
+        .expect("decided");
+    assert_eq!(group, first);
+    assert_eq!(decisions[0].count, 2, "one count before this one");
+}
+
 /// A check said to count the text's group whose key lacks the id standing in for it is refused
 /// before anything is counted: its count would land on a key of no group, and the group's own
 /// stay short.
