@@ -903,29 +903,35 @@ async fn a_folded_call_sent_again_after_noscript_counts_once() {
             text(n)
         }
     });
-    let lookup = groups.fold(&near, day);
-    let fresh = group_id(lookup.fresh);
-    let keys = [
-        prefix.key("sender:u_1", "sender-hourly", &counts),
-        prefix.key(&subject(&fresh), "campaign-text", &counts),
-    ];
-    let checks = [
-        Check::new(&keys[0], &counts, 1),
-        Check::new(&keys[1], &counts, 1),
-    ];
-    let folded = FoldedGroup {
-        lookup: &lookup,
-        checks: vec![1],
+    // The sender's rule and the text's group's, in one folded call.
+    let call = async || {
+        let lookup = groups.fold(&near, day);
+        let fresh = group_id(lookup.fresh);
+        let keys = [
+            prefix.key("sender:u_1", "sender-hourly", &counts),
+            prefix.key(&subject(&fresh), "campaign-text", &counts),
+        ];
+        let checks = [
+            Check::new(&keys[0], &counts, 1),
+            Check::new(&keys[1], &counts, 1),
+        ];
+        let folded = FoldedGroup {
+            lookup: &lookup,
+            checks: vec![1],
+        };
+        let (decisions, group) = limiter
+            .check_folded(&checks, None, &folded)
+            .await
+            .expect("decided");
+        let seen: Vec<u64> = decisions.iter().map(|d| d.count).collect();
+        (group, seen)
     };
-    let (decisions, group) = limiter
-        .check_folded(&checks, None, &folded)
-        .await
-        .expect("decided after NOSCRIPT");
+
+    let (group, seen) = call().await;
     assert_eq!(
         group, first,
         "the near-duplicate joins the first text's group"
     );
-    let seen: Vec<u64> = decisions.iter().map(|d| d.count).collect();
     assert_eq!(seen, vec![1, 1], "each rule counted once");
     let stats: String = crate::support::query(&store, redis::cmd("INFO").arg("commandstats")).await;
     assert!(
@@ -933,21 +939,10 @@ async fn a_folded_call_sent_again_after_noscript_counts_once() {
         "sent again once, as EVAL: {stats}"
     );
 
-    // The group's own key holds that one count: the next call, by EVALSHA again, finds it.
-    let lookup = groups.fold(&near, day);
-    let fresh = group_id(lookup.fresh);
-    let key = prefix.key(&subject(&fresh), "campaign-text", &counts);
-    let checks = [Check::new(&key, &counts, 1)];
-    let folded = FoldedGroup {
-        lookup: &lookup,
-        checks: vec![0],
-    };
-    let (decisions, group) = limiter
-        .check_folded(&checks, None, &folded)
-        .await
-        .expect("decided");
+    // The next call, by EVALSHA again, finds one count before its own on each key.
+    let (group, seen) = call().await;
     assert_eq!(group, first);
-    assert_eq!(decisions[0].count, 2, "one count before this one");
+    assert_eq!(seen, vec![2, 2], "one count before this one");
 }
 
 /// A check said to count the text's group whose key lacks the id standing in for it is refused
