@@ -203,27 +203,33 @@ SQL
 #   postgres  every PostgreSQL process (port $5, `pg_pid`), for a single-row insert committed on
 #             its own (`pgbench`, in a scratch database);
 #   redis     Redis (port $6, `redis_pid`), for a `PING`.
-# Each is read from /proc over the same stretch as its requests, idle work included.
+# Each is read from /proc over the same stretch as its requests, idle work included; a floor
+# whose requests did not run (none answered) prints `-`.
 floors() {
   local rate=$1 seconds=$2 pid=$3 port=$4 pg_port=$5 rport=$6 hz n a b out
   hz=$(getconf CLK_TCK)
+  # `name microseconds`: $2 ticks of CPU over $3 requests.
+  per_request() {
+    awk -v name="$1" -v t="$2" -v n="${3:-0}" -v hz="$hz" \
+      'BEGIN { if (n > 0) printf "%s %.1f\n", name, t * 1e6 / hz / n; else print name, "-" }'
+  }
   a=$(ticks "$pid")
   out=$(FLOOR=healthz RATE=$rate wrk -t "${WRK_THREADS:-2}" -c "${WRK_CONNECTIONS:-20}" -d "${seconds}s" \
     -s benches/invites.lua "http://127.0.0.1:$port" | grep '^RESULT')
   b=$(ticks "$pid")
   n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$out")
-  awk -v t=$((b - a)) -v n="$n" -v hz="$hz" 'BEGIN { printf "http %.1f\n", t * 1e6 / hz / (n > 0 ? n : 1) }'
+  per_request http $((b - a)) "$n"
   psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "CREATE DATABASE floor"
   psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d floor \
     -c "CREATE TABLE floor (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), body text)"
   echo "INSERT INTO floor (body) VALUES ('an invitation to a document');" >"$pg_dir/floor.sql"
   a=$(pg_ticks)
   "$pg_bin/pgbench" -n -h 127.0.0.1 -p "$pg_port" -U postgres -c 1 -j 1 -M prepared -R "$rate" \
-    -T "$seconds" -f "$pg_dir/floor.sql" floor >/dev/null 2>&1
+    -T "$seconds" -f "$pg_dir/floor.sql" floor >/dev/null
   b=$(pg_ticks)
   n=$(psql -q -At -h 127.0.0.1 -p "$pg_port" -U postgres -d floor -c "SELECT count(*) FROM floor")
   psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c "DROP DATABASE floor"
-  awk -v t=$((b - a)) -v n="$n" -v hz="$hz" 'BEGIN { printf "postgres %.1f\n", t * 1e6 / hz / (n > 0 ? n : 1) }'
+  per_request postgres $((b - a)) "$n"
   a=$(ticks "$redis_pid")
   n=$(python3 - "$rport" "$rate" "$seconds" <<'PY2'
 import socket, sys, time
@@ -244,7 +250,7 @@ print(sent)
 PY2
 )
   b=$(ticks "$redis_pid")
-  awk -v t=$((b - a)) -v n="$n" -v hz="$hz" 'BEGIN { printf "redis %.1f\n", t * 1e6 / hz / (n > 0 ? n : 1) }'
+  per_request redis $((b - a)) "$n"
 }
 
 # The message the product prefills, listed as the standard text of the app of $2 (with the

@@ -118,9 +118,10 @@ if [ "$floor_secs" -gt 0 ]; then
   # The run's CPU per invite over the floor's per request: how many of the cheapest requests
   # an invite costs each process.
   awk -v hz="$hz" -v n="$total_n" -v s="$total_s" -v p="$total_p" -v r="$total_r" \
-    -v fs="${floor[http]}" -v fp="${floor[postgres]}" -v fr="${floor[redis]}" 'BEGIN { k = 1e6 / hz / (n > 0 ? n : 1)
-      printf "CPU per invite against the floors: sendguard %.0f us (%.2fx), postgres %.0f us (%.2fx), redis %.0f us (%.2fx)\n",
-        s * k, s * k / fs, p * k, p * k / fp, r * k, r * k / fr }'
+    -v fs="${floor[http]}" -v fp="${floor[postgres]}" -v fr="${floor[redis]}" 'function x(us, f) { return f > 0 ? sprintf("%.2fx", us / f) : "-" }
+    BEGIN { k = 1e6 / hz / (n > 0 ? n : 1)
+      printf "CPU per invite against the floors: sendguard %.0f us (%s), postgres %.0f us (%s), redis %.0f us (%s)\n",
+        s * k, x(s * k, fs), p * k, x(p * k, fp), r * k, x(r * k, fr) }'
 fi
 redis_commands "$redis_port" >"$pg_dir/redis1"
 invites=$(($(pgsql -c "SELECT count(*) FROM invites") - invites0))

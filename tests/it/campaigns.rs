@@ -608,6 +608,32 @@ async fn a_cluster_refuses_a_folded_look_up(
     true
 }
 
+/// The shared test Redis, a limiter on it and the campaign groups under a prefix of the test's
+/// own, for a test of look-ups riding in the rules' call; `None` on a cluster, once it has
+/// refused one.
+struct Folding {
+    store: sendguard::limiter::RedisStore,
+    limiter: sendguard::limiter::Limiter,
+    prefix: sendguard::limiter::KeyPrefix,
+    groups: sendguard::campaigns::groups::Groups,
+}
+
+async fn folding(test: &str) -> Option<Folding> {
+    let store = crate::support::redis_store().await;
+    let limiter = sendguard::limiter::Limiter::Redis(store.clone());
+    let prefix = crate::support::unique_prefix(test);
+    let groups = sendguard::campaigns::groups::Groups::new(&limiter, &prefix);
+    if a_cluster_refuses_a_folded_look_up(&groups, &limiter).await {
+        return None;
+    }
+    Some(Folding {
+        store,
+        limiter,
+        prefix,
+        groups,
+    })
+}
+
 /// The groups in Redis: the same text and a near-duplicate join the group of the text they
 /// match; a text that shares a band with a group but not its signature starts its own and takes
 /// no band from it; every hash written has a lifetime; and a group of the last generation is
@@ -763,15 +789,16 @@ async fn groups_in_redis(how: LookUp) {
 /// own is counted under its new group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_look_up_in_the_rules_call_counts_the_text_under_the_group_it_finds() {
-    use sendguard::campaigns::groups::Groups;
-    use sendguard::limiter::{Algorithm, Check, EdgeMode, FoldedGroup, Limiter, Quota, group_id};
-    let store = crate::support::redis_store().await;
-    let limiter = Limiter::Redis(store.clone());
-    let prefix = crate::support::unique_prefix("folded");
-    let groups = Groups::new(&limiter, &prefix);
-    if a_cluster_refuses_a_folded_look_up(&groups, &limiter).await {
+    use sendguard::limiter::{Algorithm, Check, EdgeMode, FoldedGroup, Quota, group_id};
+    let Some(Folding {
+        store,
+        limiter,
+        prefix,
+        groups,
+    }) = folding("folded").await
+    else {
         return;
-    }
+    };
     let day = 86_400;
     let text = |n: usize| n as u32 * 13 + 5;
     let first = groups.group_of(&signature(text), day).await.expect("group");
@@ -950,17 +977,16 @@ async fn a_folded_call_sent_again_after_noscript_counts_once() {
 /// stay short.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_folded_check_whose_key_lacks_the_stand_in_is_refused() {
-    use sendguard::campaigns::groups::Groups;
-    use sendguard::limiter::{
-        Algorithm, Check, EdgeMode, FoldedGroup, Limiter, LimiterError, Quota,
-    };
-    let store = crate::support::redis_store().await;
-    let limiter = Limiter::Redis(store.clone());
-    let prefix = crate::support::unique_prefix("fold-key");
-    let groups = Groups::new(&limiter, &prefix);
-    if a_cluster_refuses_a_folded_look_up(&groups, &limiter).await {
+    use sendguard::limiter::{Algorithm, Check, EdgeMode, FoldedGroup, LimiterError, Quota};
+    let Some(Folding {
+        store,
+        limiter,
+        prefix,
+        groups,
+    }) = folding("fold-key").await
+    else {
         return;
-    }
+    };
     let counts = Quota::new(5, 3600, Algorithm::HashCounters(EdgeMode::Harsh));
     let lookup = groups.fold(&signature(|n| n as u32 * 7 + 3), 86_400);
     // Named after the sender, not the group.
