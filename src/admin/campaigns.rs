@@ -227,7 +227,13 @@ pub(super) async fn decide(
     // Banning everyone discards invites and releasing sends them: both are confirmed first,
     // on a page that says what will happen.
     if action != CampaignAction::UndoBenign && form.confirmed != "yes" {
-        let page = render(&dashboard, &admin, id, None, None).await?;
+        let mut page = render(&dashboard, &admin, id, None, None).await?;
+        // A page older than the campaign is refused here, as the decision would be: the
+        // confirmation must ask about the campaign the reviewer read.
+        if page.campaign.version != form.version {
+            page.error = Some(CampaignError::Stale.to_string());
+            return Ok((StatusCode::CONFLICT, page).into_response());
+        }
         let c = &page.campaign;
         let consequence = match action {
             CampaignAction::BanAll => format!(
@@ -236,7 +242,8 @@ pub(super) async fn decide(
                 c.senders
             ),
             _ => format!(
-                "The {} held invite(s) of this campaign go out to their recipients, and this {} \
+                "The campaign's held invites ({} in all) go out to their recipients, except those \
+                 of senders shadow-banned or banned, which wait for their own review; and this {} \
                  never counts as a campaign again, until the mark is undone.",
                 c.held, c.kind
             ),

@@ -111,7 +111,7 @@ pub(super) async fn review_sender(
     // message; a current one must name a decision that applies, and confirm one that sends
     // mail or discards invites.
     if current.version == form.version {
-        if !action.applies_to(state, current.held_stored) {
+        if !action.applies_to(state, current.held_stored, current.review_requested) {
             let error = format!(
                 "“{}” does not apply to this sender as it is now ({}, {} held); the page \
                  shows the decisions that do.",

@@ -92,10 +92,6 @@ impl Notice {
             Notice::Confirmed { confirmed, changed } => {
                 format!("done=confirmed&n={confirmed}&m={changed}")
             }
-            Notice::Reviewed {
-                action: ReviewAction::Dismiss,
-                ..
-            } => "Dismissed: the sender stays as it is.".into(),
             Notice::Reviewed { action, invites } => format!("done={}&n={invites}", action.as_str()),
             Notice::RuleSaved => "done=rule_saved".into(),
             Notice::InviteDecided { changed } => {

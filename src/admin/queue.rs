@@ -13,6 +13,7 @@ use super::format::{Notice, PAGE, PageQuery, acceptance, age, counted, outcomes,
 use super::layout::Layout;
 use super::senders::sender_path;
 use super::session::Admin;
+use crate::moderation::SenderState;
 use crate::moderation::review::{Review, ReviewAction, ReviewError};
 use crate::moderation::senders::{self, Awaiting};
 use crate::rules::Signal;
@@ -239,6 +240,19 @@ pub(super) async fn confirm_selected(
     let mut changed = 0;
     for (version, sender) in &picks {
         let version = *version;
+        // Only a shadow ban is confirmed here, as the queue offers: a ban confirmed again would
+        // add a strike and change its term, an admin's decision. The state read at the picked
+        // version holds until the review, which refuses any other version.
+        let applies = match senders::find(&dashboard.pool, sender).await? {
+            None => false,
+            // An older pick is refused by the review itself.
+            Some(current) if current.version != version => true,
+            Some(current) => current.state == SenderState::ShadowBanned.as_str(),
+        };
+        if !applies {
+            changed += 1;
+            continue;
+        }
         let review = Review {
             sender,
             action: ReviewAction::ConfirmBan,

@@ -154,9 +154,7 @@ fn decisions(sender: &Sender) -> Vec<DecisionView> {
     <ReviewAction as strum::VariantArray>::VARIANTS
         .iter()
         .copied()
-        .filter(|a| a.applies_to(state, held))
-        // Nothing to dismiss unless the sender waits in the queue for a flag.
-        .filter(|a| *a != ReviewAction::Dismiss || sender.review_requested)
+        .filter(|a| a.applies_to(state, held, sender.review_requested))
         .map(|a| DecisionView {
             action: a.as_str(),
             label: a.label(held),

@@ -139,19 +139,31 @@ pub async fn decide(
 }
 
 /// Releases the campaign's held invites to the queue (they were counted when they came in) and
-/// closes its flags: a benign campaign leaves nothing to review.
+/// closes its flags: a benign campaign leaves nothing to review. Only the invites of senders
+/// free to send go: a sender shadow-banned or banned is so on its own account, and its invites
+/// wait for its own review. Those senders are locked first, in the writer's order, so that a
+/// ban committed meanwhile is seen.
 async fn release(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     subject: &str,
     review: &CampaignReview<'_>,
 ) -> Result<CampaignDecided, sqlx::Error> {
     let (senders, invites): (i64, i64) = sqlx::query_as(
-        "WITH released AS (
-             UPDATE invites SET status = 'queued',
-                 decision = decision || jsonb_build_object('decided',
+        "WITH free AS (
+             SELECT s.app_id, s.id FROM senders s
+             WHERE (s.app_id, s.id) IN (SELECT app_id, sender_id FROM invites
+                                        WHERE campaign_keys @> ARRAY[$1::text]
+                                            AND status = 'held')
+                 AND s.state IN ('active', 'trusted')
+             ORDER BY s.app_id, s.id COLLATE \"C\" FOR UPDATE),
+         released AS (
+             UPDATE invites i SET status = 'queued',
+                 decision = i.decision || jsonb_build_object('decided',
                      jsonb_build_object('status', 'queued', 'by', $2::text, 'at', now()))
-             WHERE campaign_keys @> ARRAY[$1::text] AND status = 'held'
-             RETURNING id, created_at, app_id, sender_id),
+             FROM free f
+             WHERE i.app_id = f.app_id AND i.sender_id = f.id
+                 AND i.campaign_keys @> ARRAY[$1::text] AND i.status = 'held'
+             RETURNING i.id, i.created_at, i.app_id, i.sender_id),
          queued AS (
              INSERT INTO outbox (invite_id, created_at, next_attempt_at)
              SELECT id, created_at, now() + make_interval(secs => $3) FROM released),

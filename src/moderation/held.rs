@@ -35,8 +35,9 @@ const RELEASED_WAITING: &str = "invites i JOIN outbox o
          AND o.next_attempt_at > now() AND o.claimed_by IS NULL";
 
 /// Holds again a sender's released invites that have not left, audited. When the release came
-/// with a lift (the sender is `active`, lifted by `actor` since the invites were released), the
-/// sender is shadow-banned again, as it was. Answers how many invites were held again.
+/// with a lift (the sender is `active`, and its last change of state was `actor`'s lift), the
+/// sender is shadow-banned again, as it was; a release that lifted nothing leaves the sender
+/// as it is. Answers how many invites were held again.
 pub async fn undo_release(
     pool: &PgPool,
     sender: &SenderKey,
@@ -44,14 +45,20 @@ pub async fn undo_release(
     admin_id: Option<i64>,
 ) -> Result<u64, ReviewError> {
     let mut tx = pool.begin().await?;
-    let current: Option<(String, Option<String>)> = sqlx::query_as(
-        "SELECT state, state_changed_by FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
+    // A lift sets `lifted_at` and `state_changed_at` to the same time; any later change of
+    // state, a release without a lift included, moves only the second.
+    let lifted: Option<bool> = sqlx::query_scalar(
+        "SELECT COALESCE(state = $3 AND state_changed_by = $4
+                 AND lifted_at = state_changed_at, false)
+         FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
     )
     .bind(sender.app_id)
     .bind(&sender.id)
+    .bind(SenderState::Active.as_str())
+    .bind(actor)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((state, changed_by)) = current else {
+    let Some(lifted) = lifted else {
         return Err(ReviewError::NotFound(sender.id.clone()));
     };
     let held = sqlx::query(&format!(
@@ -75,7 +82,6 @@ pub async fn undo_release(
     if held == 0 {
         return Ok(0);
     }
-    let lifted = state == SenderState::Active.as_str() && changed_by.as_deref() == Some(actor);
     sqlx::query(
         "UPDATE senders SET held_stored = held_stored + $3, version = version + 1,
              state = CASE WHEN $4 THEN 'shadow_banned' ELSE state END,

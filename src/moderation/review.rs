@@ -39,9 +39,15 @@ pub struct Review<'a> {
 }
 
 impl Review<'_> {
-    /// Whether the review would release held invites its page did not count (`held` now).
-    fn releases_unseen(&self, held: i64) -> bool {
-        self.action.held_become() == Some("queued") && self.seen_held != Some(held)
+    /// Whether the review would release or discard held invites its page did not count (`held`
+    /// now): a release always names the count it showed; a discard, when a page gave a count (a
+    /// bulk ban names none, and discards what its senders hold), must not exceed it.
+    fn changes_unseen(&self, held: i64) -> bool {
+        match self.action.held_become() {
+            Some("queued") => self.seen_held != Some(held),
+            Some(_) => self.seen_held.is_some_and(|seen| held > seen),
+            None => false,
+        }
     }
 }
 
@@ -134,7 +140,7 @@ pub async fn prepare(
             .await?;
     // A page already stale is refused in the transaction, without clearing anything.
     let fresh = current.is_some_and(|(version, held)| {
-        version == review.seen_version && !review.releases_unseen(held)
+        version == review.seen_version && !review.changes_unseen(held)
     });
     if fresh {
         clear_counters(pool, limiter, keys, rules, sender).await?;
@@ -154,7 +160,7 @@ pub async fn apply_in(
     let (state, held) = lock_at(tx, sender, review.seen_version).await?;
     // Held invites only come in under the sender's lock, so the count read here stays until
     // the commit.
-    if review.releases_unseen(held) {
+    if review.changes_unseen(held) {
         return Err(ReviewError::Stale {
             state,
             version: review.seen_version,

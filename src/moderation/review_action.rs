@@ -97,9 +97,10 @@ impl ReviewAction {
 }
 
 impl ReviewAction {
-    /// Whether the decision means anything for a sender in `state` with `held` invites held:
-    /// the dashboard offers only these, and refuses the others.
-    pub fn applies_to(self, state: SenderState, held: i64) -> bool {
+    /// Whether the decision means anything for a sender in `state` with `held` invites held,
+    /// awaiting review for a flag or not: the dashboard offers only these, and refuses the
+    /// others.
+    pub fn applies_to(self, state: SenderState, held: i64, review_requested: bool) -> bool {
         match self {
             ReviewAction::ConfirmBan => state == SenderState::ShadowBanned,
             // A lift with nothing held is offered once, as the discarding one.
@@ -111,7 +112,8 @@ impl ReviewAction {
             ReviewAction::ReleaseHeld | ReviewAction::DiscardHeld => {
                 !state.holds_invites() && held > 0
             }
-            ReviewAction::Dismiss => state == SenderState::Active && held == 0,
+            // Nothing to dismiss unless the sender waits in the queue for a flag.
+            ReviewAction::Dismiss => state == SenderState::Active && held == 0 && review_requested,
         }
     }
 

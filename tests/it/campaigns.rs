@@ -542,6 +542,101 @@ async fn a_benign_mark_releases_everything_and_stops_the_counting() {
     assert_eq!(open, 0, "nothing left to review");
 }
 
+/// Posts the review form of the default app's `sender` as its page shows it now, with `action`
+/// confirmed.
+async fn review_sender(client: &reqwest::Client, stage: &Stage, sender: &str, action: &str) {
+    let path = format!("{}/admin/senders/default/{sender}", stage.base());
+    let (_, page) = page(client, path.clone()).await;
+    let form = [
+        ("csrf", page.field("csrf")),
+        ("version", page.field("version")),
+        ("held", page.field("held")),
+        ("sender", format!("default/{sender}")),
+        ("action", action.to_owned()),
+        ("confirmed", "yes".to_owned()),
+    ];
+    let resp = client
+        .post(format!("{path}/review"))
+        .form(&form)
+        .send()
+        .await
+        .expect("review");
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{action} {sender}");
+}
+
+/// The held invites of each sender, by sender.
+async fn held_by_sender(pool: &PgPool) -> Vec<(String, i64)> {
+    sqlx::query_as(
+        "SELECT sender_id, count(*) FROM invites WHERE status = 'held'
+         GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("held")
+}
+
+/// A benign mark releases the campaign's invites of senders free to send, never those of a
+/// sender shadow-banned or banned on its own account: a campaign's decision is no way around a
+/// sender's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_benign_mark_sends_nothing_of_a_banned_sender() {
+    let stage = Stage::start("campaign_benign_banned", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    send_campaign(&api, 8).await;
+    assert_eq!(stage.settle().await, 5 * EACH);
+    let client = moderator(&stage).await;
+    review_sender(&client, &stage, "acct06", "shadow_ban").await;
+    review_sender(&client, &stage, "acct07", "ban").await;
+    assert_eq!(send_pitch(&api, 7, EACH).await, StatusCode::OK);
+    flags_done(&stage.pool).await;
+    assert_eq!(
+        held_by_sender(&stage.pool).await,
+        [
+            ("acct05".into(), EACH as i64),
+            ("acct06".into(), EACH as i64),
+            ("acct07".into(), 1)
+        ]
+    );
+    let id = the_campaign(&stage.pool).await;
+    let done = decide(&client, &stage, id, "mark_benign", true).await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        stage.settle().await,
+        6 * EACH,
+        "the active sender's invites went out, no one else's"
+    );
+    assert_eq!(
+        held_by_sender(&stage.pool).await,
+        [("acct06".into(), EACH as i64), ("acct07".into(), 1)]
+    );
+}
+
+/// A campaign decision posted from a page older than the campaign (a sender joined since) is
+/// refused before its confirmation page, which would otherwise ask about the campaign as it is
+/// now under the reviewer's older reading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_decision_from_an_older_page_is_refused_before_it_asks() {
+    let stage = Stage::start("campaign_stale_ask", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    send_campaign(&api, 7).await;
+    let client = moderator(&stage).await;
+    let id = the_campaign(&stage.pool).await;
+    let (_, older) = page(&client, format!("{}/admin/campaigns/{id}", stage.base())).await;
+    assert_eq!(send_pitch(&api, 7, 0).await, StatusCode::OK);
+    flags_done(&stage.pool).await;
+    let resp = client
+        .post(format!("{}/admin/campaigns/{id}/decide", stage.base()))
+        .form(&[
+            ("csrf", older.field("csrf")),
+            ("version", older.field("version")),
+            ("action", "ban_all".to_owned()),
+        ])
+        .send()
+        .await
+        .expect("decide");
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+}
+
 /// A signature of the minima `values` gives, built as the service reads one back.
 fn signature(values: impl Fn(usize) -> u32) -> sendguard::campaigns::fingerprint::Signature {
     use sendguard::campaigns::fingerprint::{Signature, VALUES, VERSION};

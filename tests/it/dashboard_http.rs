@@ -686,7 +686,7 @@ async fn hostile_input_is_shown_escaped() {
     let stage = Stage::new("dashhostile").await;
     let sender = "<script>alert(1)</script>";
     for n in 0..4 {
-        stage.invite(sender, &format!("\"x{n}\"@example.com")).await;
+        stage.invite(sender, &format!("x{n}@example.com")).await;
     }
     stage.settle().await;
     let browser = Stage::browser();
@@ -1056,7 +1056,19 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
         StatusCode::CONFLICT,
         "a dismissal from a page loaded before the second complaint's flag"
     );
-    assert_eq!(dismiss(dismissal().await).await, StatusCode::SEE_OTHER);
+    let form = dismissal().await;
+    let mut fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    fields.push(("action", "dismiss"));
+    let done = stage.review(&browser, "default/grumbled", &fields).await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let back = done.headers()["location"].to_str().expect("location");
+    assert_eq!(back, "/admin/senders/default/grumbled?done=dismiss&n=0");
+    let (_, page) = stage.get(&browser, back).await;
+    assert!(
+        page.text()
+            .contains("Dismissed: the sender stays as it is."),
+        "{page}"
+    );
     let (_, queue) = stage.get(&browser, "/admin/queue").await;
     assert!(
         !queue.exists("a[href=/admin/senders/default/grumbled]"),
@@ -1065,6 +1077,9 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
     assert_eq!(sender_state(&stage.pool, "grumbled").await, "active");
     let (_, page) = stage.get(&browser, "/admin/senders/default/grumbled").await;
     assert!(!page.actions().contains(&"dismiss"), "decided: {page}");
+    // Posted anyway, for a sender no longer awaiting review: refused, nothing audited.
+    let form = ["csrf", "version", "held"].map(|name| (name, page.field(name)));
+    assert_eq!(dismiss(form).await, StatusCode::CONFLICT);
     let dismissed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM audit_log WHERE sender_id = 'grumbled' AND action = 'dismiss'",
     )
@@ -1152,4 +1167,193 @@ async fn a_release_is_undone_before_its_invites_leave() {
         "the released three held again; the first three still settling"
     );
     assert!(stage.sink.messages().is_empty(), "nothing was sent");
+}
+
+/// The sender's version, as a page loaded now would carry it.
+async fn version_of(pool: &PgPool, sender: &str) -> i64 {
+    sqlx::query_scalar("SELECT version FROM senders WHERE id = $1")
+        .bind(sender)
+        .fetch_one(pool)
+        .await
+        .expect("version")
+}
+
+/// The queue's bulk confirm applies only to shadow-banned senders, as the sender page's does:
+/// posted for a sender banned already it would add a strike and lengthen the ban (a change of
+/// term, which is for admins), and for an active one it would ban without the sender's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_confirm_changes_only_shadow_banned_senders() {
+    let stage = Stage::new("dashbulkstate").await;
+    sendguard::admin::accounts::add(&stage.pool, "mo", PASSWORD, Role::Moderator, "test")
+        .await
+        .expect("moderator");
+    for n in 0..4 {
+        stage.invite("spam", &format!("s{n}@example.com")).await;
+    }
+    stage.invite("calm", "friend@example.com").await;
+    assert_eq!(sender_state(&stage.pool, "spam").await, "shadow_banned");
+    let browser = Stage::browser();
+    dashboard::log_in(&browser, &stage.base, "mo", PASSWORD).await;
+    let confirm = |senders: Vec<String>| {
+        let browser = &browser;
+        let stage = &stage;
+        async move {
+            let (_, queue) = stage.get(browser, "/admin/queue").await;
+            let mut form = vec![("csrf", queue.field("csrf")), ("confirmed", "yes".into())];
+            form.extend(senders.into_iter().map(|s| ("sender", s)));
+            browser
+                .post(format!("{}/admin/queue/confirm", stage.base))
+                .form(&form)
+                .send()
+                .await
+                .expect("confirm")
+        }
+    };
+    let pick = |version: i64, id: &str| format!("{version}:1:{id}");
+    let first = confirm(vec![pick(version_of(&stage.pool, "spam").await, "spam")]).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sender_state(&stage.pool, "spam").await, "banned");
+    let standing = async || -> (i64, Option<chrono::DateTime<chrono::Utc>>) {
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM strikes WHERE sender_id = 'spam'),
+                 (SELECT banned_until FROM senders WHERE id = 'spam')",
+        )
+        .fetch_one(&stage.pool)
+        .await
+        .expect("strikes")
+    };
+    let after_first = standing().await;
+    assert_eq!(after_first.0, 1);
+    // Each named at its current version, so no page is stale: the ban confirmed already and the
+    // active sender are left as they are, and counted as changed.
+    let again = confirm(vec![
+        pick(version_of(&stage.pool, "spam").await, "spam"),
+        pick(version_of(&stage.pool, "calm").await, "calm"),
+    ])
+    .await;
+    assert_eq!(again.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        again.headers()["location"].to_str().expect("location"),
+        "/admin/queue?done=confirmed&n=0&m=2"
+    );
+    assert_eq!(
+        standing().await,
+        after_first,
+        "no second strike, the same end"
+    );
+    assert_eq!(sender_state(&stage.pool, "calm").await, "active");
+}
+
+/// A ban confirmed from a page that counted no held invite, when some were held since, is
+/// refused rather than discarding what the reviewer never saw; from the page as it is now, it
+/// asks first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_confirmed_from_a_page_that_counted_fewer_held_invites_is_refused() {
+    let stage = Stage::new("dashbanunseen").await;
+    stage.invite("quiet", "q0@example.com").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let form_of = |page: &Page, action: &str| {
+        ["csrf", "version", "held"]
+            .map(|name| (name.to_owned(), page.field(name)))
+            .into_iter()
+            .chain([("action".to_owned(), action.to_owned())])
+            .collect::<Vec<_>>()
+    };
+    let post = |form: Vec<(String, String)>| {
+        let (stage, browser) = (&stage, &browser);
+        async move {
+            let fields: Vec<(&str, &str)> =
+                form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            stage.review(browser, "default/quiet", &fields).await
+        }
+    };
+    let (_, page) = stage.get(&browser, "/admin/senders/default/quiet").await;
+    let banned = post(form_of(&page, "shadow_ban")).await;
+    assert_eq!(banned.status(), StatusCode::SEE_OTHER);
+    let (_, page) = stage.get(&browser, "/admin/senders/default/quiet").await;
+    assert_eq!(page.field("held"), "0");
+    for n in 1..3 {
+        stage.invite("quiet", &format!("q{n}@example.com")).await;
+    }
+    let stale = post(form_of(&page, "confirm_ban")).await;
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'quiet' AND status = 'held'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("held");
+    assert_eq!(held, 2, "nothing discarded");
+    assert_eq!(sender_state(&stage.pool, "quiet").await, "shadow_banned");
+    let (_, page) = stage.get(&browser, "/admin/senders/default/quiet").await;
+    let asked = post(form_of(&page, "confirm_ban")).await;
+    assert_eq!(asked.status(), StatusCode::OK);
+    let asked = page_of(asked).await;
+    assert!(asked.text().contains("discard 2 held invites"), "{asked}");
+}
+
+/// Undoing a release that lifted no ban holds the invites again and leaves the sender as it
+/// was: active, not shadow-banned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undoing_a_release_bans_no_sender_the_release_did_not_lift() {
+    let inner = app::Stage::start_prepared(
+        "dashundohold",
+        async |pool| {
+            rules::set(pool, "sender-hourly", |r| {
+                r.limit = 3;
+                r.action = "hold".into();
+            })
+            .await
+        },
+        |cfg| cfg.settle_secs = 60,
+    )
+    .await;
+    sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
+        .await
+        .expect("admin");
+    let stage = Stage {
+        base: inner.base(),
+        api: Api::new(inner.base(), api_key(&inner.pool).await),
+        inner,
+    };
+    for n in 0..5 {
+        stage.invite("eager", &format!("e{n}@example.com")).await;
+    }
+    assert_eq!(sender_state(&stage.pool, "eager").await, "active");
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
+    assert_eq!(page.field("held"), "2");
+    let fields = [
+        ("csrf", page.field("csrf")),
+        ("version", page.field("version")),
+        ("held", page.field("held")),
+        ("action", "release_held".to_owned()),
+        ("confirmed", "yes".to_owned()),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let done = stage.review(&browser, "default/eager", &fields).await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let undo = browser
+        .post(format!(
+            "{}/admin/senders/default/eager/undo-release",
+            stage.base
+        ))
+        .form(&[
+            ("csrf", page.field("csrf")),
+            ("sender", "default/eager".into()),
+        ])
+        .send()
+        .await
+        .expect("undo");
+    assert_eq!(undo.status(), StatusCode::SEE_OTHER);
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invites WHERE sender_id = 'eager' AND status = 'held'",
+    )
+    .fetch_one(&stage.pool)
+    .await
+    .expect("held");
+    assert_eq!(held, 2, "held again");
+    assert_eq!(sender_state(&stage.pool, "eager").await, "active");
 }
