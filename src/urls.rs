@@ -45,8 +45,18 @@ pub fn email_link(raw: &str) -> Result<Url, String> {
         "http" => return Err("must use https (http only for loopback hosts)".into()),
         _ => return Err("must be an https URL".into()),
     }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err("must name a host".into());
+    match url.host() {
+        None | Some(Host::Domain("")) => return Err("must name a host".into()),
+        // What a DNS name can be (IDNA has made it ASCII): anything else is no host an email
+        // could reach, and would be repeated in the hint that names the app's link hosts.
+        Some(Host::Domain(name))
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')) =>
+        {
+            return Err("must name a host of letters, digits, hyphens and dots".into());
+        }
+        Some(_) => {}
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("must not carry a user name or password".into());

@@ -40,8 +40,10 @@ impl ApiKeys {
         let key = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            // The scheme in any case (RFC 9110, section 11.1).
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, key)| key.trim())
             .filter(|k| api_keys::well_formed(k))
             .ok_or(ApiError::Unauthorized)?;
         if let Some((id, app_id)) = self.cache.cached(key) {

@@ -53,6 +53,22 @@ async fn deceptive_fields_are_refused_naming_the_field() {
             json!({"sender_id": "u", "recipient": "ana@example.com", "message": "see \u{202e}fdp.exe"}),
             "message",
         ),
+        // A quoted local part names the same mailbox as the bare one (`"ana"@` is `ana@`) but
+        // would be counted and matched against unsubscribes as another; some cannot be sent.
+        (
+            json!({"sender_id": "u", "recipient": "\"ana\"@example.com"}),
+            "recipient",
+        ),
+        (
+            json!({"sender_id": "u", "recipient": "\"a,b\"@example.com"}),
+            "recipient",
+        ),
+        // An encoded word, which mail programs decode in a subject: "paypal.com security".
+        (
+            json!({"sender_id": "u", "recipient": "ana@example.com",
+                   "sender_name": "=?utf-8?b?cGF5cGFsLmNvbSBzZWN1cml0eQ==?="}),
+            "sender_name",
+        ),
     ];
     for (body, field) in cases {
         assert_eq!(

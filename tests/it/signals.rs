@@ -84,6 +84,35 @@ async fn links_from_new_senders_are_held_and_the_next_clean_invite_goes_out() {
     );
 }
 
+/// A link broken by a character that draws nothing (a zero-width space, a soft hyphen) or
+/// joined by a look-alike dot reads as the link to the recipient, and is held as one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_disguised_by_invisible_characters_is_held() {
+    let stage = Stage::start("links_invisible", &[]).await;
+    let api = Api::new(stage.base(), api_key(&stage.pool).await);
+    let disguised = [
+        "visit evil-site.\u{200b}com today",
+        "visit evil-site.c\u{ad}om today",
+        "visit evil-site\u{2024}com today",
+        "visit https://evil-\u{2060}site.com today",
+    ];
+    for (n, message) in disguised.iter().enumerate() {
+        let (status, _) = api
+            .send(
+                json!({"sender_id": format!("new{n}"), "recipient": format!("r{n}@example.com"),
+                         "message": message}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(stage.settle().await, 0, "none delivered");
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM invites WHERE status = 'held'")
+        .fetch_one(&stage.pool)
+        .await
+        .expect("held");
+    assert_eq!(held, disguised.len() as i64);
+}
+
 /// Distinct recipients, not invites: 50 invites to the same 3 people stay within a limit of 3,
 /// the fourth person trips it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

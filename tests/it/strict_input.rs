@@ -114,6 +114,36 @@ async fn an_unlisted_link_host_says_how_to_add_it() {
         ),
         "{detail}"
     );
+    // A host that is no name a DNS server could hold is refused, never pasted into a command
+    // an operator might run.
+    for host in ["$(id)", "a;b", "`x`", "a&&b"] {
+        let body = json!({"sender_id": "u1", "recipient": "ana@example.com",
+            "accept_url": format!("https://{host}/join/1")});
+        let (status, problem) = post_raw(&api, "/api/v1/invites", None, &body.to_string()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+        assert_eq!(problem["field"], "accept_url");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(!detail.contains(host), "{detail}");
+    }
+}
+
+/// The authentication scheme is case-insensitive (RFC 9110, section 11.1): `bearer` is
+/// `Bearer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_read_in_any_case() {
+    let stage = Stage::start("bearercase", &[]).await;
+    let api = Api::new(stage.base(), app::api_key(&stage.pool).await);
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let response = api
+            .http
+            .post(format!("{}/api/v1/invites", api.base))
+            .header("authorization", format!("{scheme} {}", api.key))
+            .json(&json!({"sender_id": "u1", "recipient": "ana@example.com"}))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
 }
 
 /// Without `SENDGUARD_PUBLIC_URL`, the email's links point at the address `serve` listens on.

@@ -57,6 +57,8 @@ pub fn of_invite(message: Option<&str>, sender_name: Option<&str>) -> Option<Fin
 /// registrable domain (a changed path or a disguise is the same link), and everything else
 /// (punctuation, symbols, spacing) one space between words.
 pub fn normalise(text: &str) -> String {
+    // Its links as their reader sees them, which the dropping below would come too late for.
+    let text = &*links::as_read(text);
     let mut out = Normalised {
         text: Vec::with_capacity(text.len()),
         space: false,

@@ -208,6 +208,20 @@ pub(super) fn recipient(raw: &str) -> Result<(String, String), InvalidBody> {
             "must have a local part (before the @) of ASCII characters",
         ));
     }
+    // A dot-atom only (RFC 5322): a quoted local part names the mailbox of its unquoted form
+    // (`"ana"@` is `ana@`), so it would be counted and matched against unsubscribes as another
+    // address, and some quoted forms cannot be written into a message at all.
+    let atext = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-/=?^_`{|}~".contains(&b);
+    if local
+        .split('.')
+        .any(|atom| atom.is_empty() || !atom.bytes().all(atext))
+    {
+        return Err(field_error(
+            "recipient",
+            "must have a local part of letters, digits and !#$%&'*+-/=?^_`{|}~, dots between \
+             them (a quoted local part is not accepted)",
+        ));
+    }
     let domain = idna::domain_to_ascii(domain).map_err(|_| invalid())?;
     // No top-level domain is numeric: `a@127.1` and the like are addresses in disguise.
     let tld = domain.rsplit('.').next().unwrap_or_default();

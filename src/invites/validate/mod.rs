@@ -215,6 +215,14 @@ pub fn parse(body: &[u8]) -> Result<ValidInvite, InvalidBody> {
             "must be a person's name, not a domain, URL or email address",
         ));
     }
+    // Mail programs decode an encoded word (RFC 2047) in a header, so `=?utf-8?b?…?=` would
+    // read as whatever it encodes, past the check above.
+    if sender_name.as_deref().is_some_and(|n| n.contains("=?")) {
+        return Err(field_error(
+            "sender_name",
+            "must not contain `=?`, which mail programs read as an encoded word",
+        ));
+    }
     let accept_url = match invite.accept_url {
         None => None,
         Some(raw) => Some(crate::urls::email_link(&raw).map_err(|e| field_error("accept_url", e))?),

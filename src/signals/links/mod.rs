@@ -64,10 +64,33 @@ pub fn find(text: &str) -> Vec<Link> {
         .collect()
 }
 
-/// Whether `text` has at least one link (may stop at the first).
+/// Whether `text` has at least one link (may stop at the first), read as [`as_read`] reads it.
 pub fn has_link(text: &str) -> bool {
-    Scanner::new(text).next().is_some()
+    Scanner::new(&as_read(text)).next().is_some()
 }
+
+/// `text` as its reader sees it, for counting its links: characters that draw nothing
+/// (category Cf: zero-width space and joiners, word joiner, soft hyphen, byte order mark)
+/// dropped, and the dot leaders read as dots. `evil-site.\u{200b}com` is the link it shows.
+/// Borrowed when there is nothing to change, as in all ASCII text.
+pub fn as_read(text: &str) -> Cow<'_, str> {
+    let category = CodePointMapData::<GeneralCategory>::new();
+    let changed = |c: char| {
+        !c.is_ascii() && (DOT_LEADERS.contains(&c) || category.get(c) == GeneralCategory::Format)
+    };
+    if text.is_ascii() || !text.chars().any(changed) {
+        return Cow::Borrowed(text);
+    }
+    let read = text
+        .chars()
+        .filter(|&c| c.is_ascii() || category.get(c) != GeneralCategory::Format)
+        .map(|c| if DOT_LEADERS.contains(&c) { '.' } else { c })
+        .collect();
+    Cow::Owned(read)
+}
+
+/// U+2024 one dot leader and U+FE52 small full stop, which draw a full stop.
+const DOT_LEADERS: [char; 2] = ['\u{2024}', '\u{fe52}'];
 
 const SCHEMES: [&[u8]; 6] = [b"http", b"https", b"hxxp", b"hxxps", b"ftp", b"ftps"];
 /// Country-code TLDs that are mostly file extensions when written bare.
@@ -411,4 +434,8 @@ fn blanks_before(b: &[u8], end: usize, from: usize) -> usize {
 mod tests;
 mod text;
 
+use std::borrow::Cow;
+
+use icu_properties::CodePointMapData;
+use icu_properties::props::GeneralCategory;
 use text::*;

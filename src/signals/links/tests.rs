@@ -203,6 +203,32 @@ fn finds_spam_phrasings() {
     assert!(cases.len() >= 25);
 }
 
+/// Characters that draw nothing, and dots that look like full stops, hide no link from the
+/// count; text without them is read as it is, with no copy.
+#[test]
+fn invisible_characters_and_dot_leaders_hide_no_link() {
+    for text in [
+        "visit evil-site.\u{200b}com today",
+        "visit evil-site.c\u{ad}om today",
+        "visit evil\u{2060}-site.com today",
+        "visit evil-site\u{2024}com today",
+        "visit evil-site\u{fe52}com today",
+        "visit \u{feff}evil-site.com today",
+    ] {
+        assert!(has_link(text), "{text:?}");
+        assert!(
+            find(&as_read(text))
+                .iter()
+                .any(|l| l.host == "evil-site.com"),
+            "{text:?}"
+        );
+    }
+    assert!(matches!(as_read("plain text"), Cow::Borrowed(_)));
+    assert!(matches!(as_read("caf\u{e9} au lait"), Cow::Borrowed(_)));
+    // Joiners inside an emoji sequence change nothing a link could be made of.
+    assert!(!has_link("team \u{1f469}\u{200d}\u{1f4bb} at work"));
+}
+
 #[test]
 fn ignores_ordinary_text() {
     let cases = [
