@@ -25,6 +25,9 @@ impl InviteService {
     async fn recheck_deferred(&self) -> Result<usize, InviteError> {
         let mut tx = self.pool.begin().await?;
         let rows = store::claim_deferred(&mut tx, BATCH).await?;
+        if rows.is_empty() || !self.limiter.drained().await {
+            return Ok(0);
+        }
         let mut answered = Vec::with_capacity(rows.len());
         for row in &rows {
             let sender = SenderKey::new(row.app_id, row.sender_id.as_str());

@@ -332,6 +332,17 @@ impl Limiter {
         }
     }
 
+    /// Whether Redis has run every call sent before this one, those that timed out included:
+    /// it answers a connection's commands in order, so a `PING` answered on the connection the
+    /// calls took says so (on a cluster, for the node it reaches). A count made again for a call
+    /// that timed out (a deferred invite, a complaint) waits for this: sent into a stalled
+    /// server each second, each would be added once the server moved on, and one invite or
+    /// complaint counted once a second of the stall; this way at most twice, the call that
+    /// timed out and the one made again.
+    pub async fn drained(&self) -> bool {
+        self.ping().await.is_ok()
+    }
+
     /// Forgets the counters of these keys (a lifted ban starts from zero).
     pub async fn clear(&self, keys: &[(&LimitKey, &Quota)]) -> Result<(), LimiterError> {
         match self {

@@ -219,6 +219,9 @@ impl Outcomes {
         .bind(RECOUNT_BATCH)
         .fetch_all(&self.pool)
         .await?;
+        if rows.is_empty() || !self.limiter.drained().await {
+            return Ok(0);
+        }
         let mut counted = 0;
         for row in &rows {
             if !lease(&self.pool, row.invite_id, &row.kind).await? {

@@ -492,3 +492,63 @@ async fn a_complaint_counted_late_after_a_lift_does_not_ban_the_sender_again() {
         "banned again for what the lift set aside"
     );
 }
+
+/// A call to a slow Redis that timed out still runs once Redis moves on, and counts. The
+/// re-check of the invite it deferred waits until Redis has answered everything sent before
+/// it, rather than sending a count each second into the stalled server, each to be added when
+/// it moves on: one invite counts at most twice (its own call and the re-check), not once per
+/// second of the stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_does_not_multiply_a_deferred_invites_count() {
+    let (redis, stage, api) =
+        on_own_redis("stallcount", async |_| {}, RedisPolicy::Defer, 300).await;
+    let pool = &stage.pool;
+    redis.pause(4_000).await;
+    let resp = api
+        .invite(json!({"sender_id": "patient", "recipient": "p@example.com"}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let decided = wait_for(Duration::from_secs(20), || async {
+        statuses(pool)
+            .await
+            .iter()
+            .all(|(status, _)| status != "deferred")
+    })
+    .await;
+    assert!(decided, "never re-checked: {:?}", statuses(pool).await);
+    let counted: i64 = sqlx::query_scalar(
+        "SELECT (r ->> 1)::int8 FROM invites, jsonb_array_elements(decision -> 'rules') r
+         WHERE r ->> 0 = 'sender-hourly'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("the rule's count");
+    assert!((1..=2).contains(&counted), "counted {counted} times");
+}
+
+/// The same for a complaint reported while Redis stalls: counted at most twice, so a limit of
+/// two is not crossed by one complaint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_does_not_multiply_a_complaints_count() {
+    let (redis, stage, api) = on_own_redis(
+        "stallcomplaint",
+        async |pool| rules::set(pool, "sender-complaints-daily", |r| r.limit = 2).await,
+        RedisPolicy::Defer,
+        300,
+    )
+    .await;
+    let id = api.accepted("plain", "c@example.com").await;
+    redis.pause(4_000).await;
+    assert_eq!(api.event(&id, "complaint").await, StatusCode::ACCEPTED);
+    let counted = wait_for(Duration::from_secs(20), || async {
+        sqlx::query_scalar::<_, bool>("SELECT counted FROM outcomes WHERE type = 'complaint'")
+            .fetch_one(&stage.pool)
+            .await
+            .expect("outcome")
+    })
+    .await;
+    assert!(counted, "the complaint was never counted");
+    // Whatever the retries sent meanwhile has run by now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(sender_state(&stage.pool, "plain").await, "active");
+}

@@ -51,12 +51,12 @@ pub struct Invite {
         pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"
     )]
     pub sender_id: String,
-    /// An email address whose domain has a dot; the local part ASCII, the domain a name (not an
-    /// IP address).
+    /// An email address whose domain has a dot; the local part a dot-atom of ASCII (no quoted
+    /// form), the domain a name (not an IP address).
     #[schema(
         format = Email,
         max_length = 254,
-        pattern = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+        pattern = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[^@\s]+\.[^@\s]+$"
     )]
     pub recipient: String,
     #[schema(schema_with = ip_address)]
