@@ -73,8 +73,9 @@ pub struct Invite {
     )]
     pub message: Option<String>,
     /// The sender's name as the email shows it: a person's name, not a domain, URL or address,
-    /// whatever its case or look-alike dots (`PayPal.Com`, `paypal . com`, `paypal,com`);
-    /// single line (no control or invisible format characters).
+    /// whatever its case or look-alike dots (`PayPal.Com`, `paypal . com`, `paypal,com`), and
+    /// without `=?` (which mail programs decode as an encoded word); single line (no control or
+    /// invisible format characters).
     #[schema(max_length = 128, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     pub sender_name: Option<String>,
     /// When the account was created in the calling app (RFC 3339); a sender younger than
