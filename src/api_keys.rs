@@ -20,6 +20,26 @@ pub fn well_formed(key: &str) -> bool {
     })
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("key names are 1-64 letters, digits, dots, dashes or underscores")]
+    Name,
+    #[error(
+        "the name `{0}` is taken by another API key (revoked keys keep theirs); choose another"
+    )]
+    Taken(String),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// A name a key may have: what logs and the audit log can show as it is.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// Creates a key named `name` for app `app_id` on behalf of `actor` and returns it; only its
 /// hash is stored.
 pub async fn create(
@@ -27,7 +47,10 @@ pub async fn create(
     name: &str,
     app_id: i64,
     actor: &str,
-) -> Result<String, sqlx::Error> {
+) -> Result<String, KeyError> {
+    if !valid_name(name) {
+        return Err(KeyError::Name);
+    }
     let key = format!("{KEY_PREFIX}{}", random_hex());
     let mut tx = pool.begin().await?;
     sqlx::query("INSERT INTO api_keys (name, key_hash, app_id) VALUES ($1, $2, $3)")
@@ -35,7 +58,11 @@ pub async fn create(
         .bind(hash(&key))
         .bind(app_id)
         .execute(&mut *tx)
-        .await?;
+        .await
+        .map_err(|e| match e.as_database_error() {
+            Some(d) if d.is_unique_violation() => KeyError::Taken(name.to_owned()),
+            _ => KeyError::Db(e),
+        })?;
     let entry = Entry {
         detail: json!({"name": name, "app_id": app_id}),
         ..Entry::new(actor, "api_key_create")

@@ -31,6 +31,8 @@ pub enum AccountError {
     Exists(String),
     #[error("no admin named `{0}`")]
     NotFound(String),
+    #[error("`{0}` is the last admin who can manage accounts; add another admin first")]
+    LastAdmin(String),
     #[error("hashing the password: {0}")]
     Hash(String),
     #[error("too many password checks at once; try again in a moment")]
@@ -203,7 +205,30 @@ pub async fn add(
     actor: &str,
 ) -> Result<i64, AccountError> {
     checked_input(username, password)?;
-    let hash = hash(password)?;
+    insert(pool, username, &hash(password)?, role, actor).await
+}
+
+/// As [`add`], the password hashed off the async workers: the dashboard's form.
+pub async fn add_hashing(
+    pool: &PgPool,
+    passwords: &Passwords,
+    username: &str,
+    password: &str,
+    role: Role,
+    actor: &str,
+) -> Result<i64, AccountError> {
+    checked_input(username, password)?;
+    let hash = passwords.hash(password).await?;
+    insert(pool, username, &hash, role, actor).await
+}
+
+async fn insert(
+    pool: &PgPool,
+    username: &str,
+    hash: &str,
+    role: Role,
+    actor: &str,
+) -> Result<i64, AccountError> {
     let mut tx = pool.begin().await?;
     let id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO admins (username, password_hash, role) VALUES ($1, $2, $3)
@@ -287,9 +312,25 @@ pub async fn add_first(
 }
 
 /// Disables an admin on behalf of `actor`: their sessions end at once, on every instance (each
-/// request reads its session from the database).
+/// request reads its session from the database). The last enabled account of the `admin` role
+/// stays: without it no one could manage accounts, rules or apps from the dashboard.
 pub async fn disable(pool: &PgPool, username: &str, actor: &str) -> Result<(), AccountError> {
     let mut tx = pool.begin().await?;
+    // Serialises with other changes of accounts, so two admins disabling each other at once
+    // do not leave none.
+    sqlx::query("LOCK TABLE admins IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
+    let last: bool = sqlx::query_scalar(
+        "SELECT COALESCE(bool_or(username = $1) AND NOT bool_or(username <> $1), false)
+         FROM admins WHERE role = 'admin' AND disabled_at IS NULL",
+    )
+    .bind(username)
+    .fetch_one(&mut *tx)
+    .await?;
+    if last {
+        return Err(AccountError::LastAdmin(username.to_owned()));
+    }
     let id: Option<i64> = sqlx::query_scalar(
         "UPDATE admins SET disabled_at = COALESCE(disabled_at, now()) WHERE username = $1
          RETURNING id",

@@ -51,6 +51,9 @@ pub enum Notice {
     AppealDecided {
         granted: bool,
     },
+    KeyRevoked,
+    AdminAdded,
+    AdminDisabled,
 }
 
 /// The query of a list page: its page number, and a notice to show (`done` names it, `n` and
@@ -78,6 +81,9 @@ impl Notice {
             "release_undone" => Notice::ReleaseUndone { invites: n },
             "term_changed" => Notice::TermChanged,
             "appeal_decided" => Notice::AppealDecided { granted: n > 0 },
+            "key_revoked" => Notice::KeyRevoked,
+            "admin_added" => Notice::AdminAdded,
+            "admin_disabled" => Notice::AdminDisabled,
             action => Notice::Reviewed {
                 action: action.parse().ok()?,
                 invites: n,
@@ -106,6 +112,9 @@ impl Notice {
             Notice::AppealDecided { granted } => {
                 format!("done=appeal_decided&n={}", u8::from(granted))
             }
+            Notice::KeyRevoked => "done=key_revoked".into(),
+            Notice::AdminAdded => "done=admin_added".into(),
+            Notice::AdminDisabled => "done=admin_disabled".into(),
         }
     }
 
@@ -158,6 +167,16 @@ impl Notice {
             Notice::AppealDecided { granted: false } => {
                 "Appeal denied: the ban and its term stand, and the app was told.".into()
             }
+            Notice::KeyRevoked => {
+                "Revoked: requests with that key are refused on every instance within a second."
+                    .into()
+            }
+            Notice::AdminAdded => {
+                "Added. Give them the password over a channel you trust; they log in at \
+                 /admin/login."
+                    .into()
+            }
+            Notice::AdminDisabled => "Disabled: their sessions have ended.".into(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! This file holds the router and the dashboard's state (the security headers are on every
 //! answer of the service: [`crate::http::security_headers`]).
 
+mod access;
 pub mod accounts;
 mod appeals;
 mod apps;
@@ -68,6 +69,11 @@ impl Dashboard {
             .ok_or_else(|| error::AdminError::NotFound(format!("There is no app `{name}`.")))
     }
 
+    /// Every app's name, for a form's choice of app.
+    fn app_names(&self) -> Vec<String> {
+        self.apps.all().iter().map(|a| a.name.clone()).collect()
+    }
+
     /// The app a page is filtered by: none for an empty filter.
     fn app_filter(&self, name: &str) -> Result<Option<i64>, error::AdminError> {
         match name.trim() {
@@ -91,6 +97,13 @@ where
         .route(
             "/admin/apps/{name}/suppressions/remove",
             post(apps::unsuppress),
+        )
+        .route("/admin/keys", get(access::keys).post(access::create_key))
+        .route("/admin/keys/{name}/revoke", post(access::revoke_key))
+        .route("/admin/admins", get(access::admins).post(access::add_admin))
+        .route(
+            "/admin/admins/{username}/disable",
+            post(access::disable_admin),
         )
         .route("/admin/rules", get(rules::list))
         .route("/admin/rules/new", get(rules::new_form).post(rules::create))

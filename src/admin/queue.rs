@@ -146,12 +146,7 @@ pub(super) async fn queue(
             .map(QueueRow::from)
             .collect(),
         app: filter.app,
-        apps: dashboard
-            .apps
-            .all()
-            .iter()
-            .map(|a| a.name.clone())
-            .collect(),
+        apps: dashboard.app_names(),
         page,
         more,
         notice: Notice::from_query(&q).map(Notice::text),

@@ -45,13 +45,7 @@ impl ApiKeyCommand {
                 let app_id = apps::store::id_of(&pool, &app).await?;
                 let created = api_keys::create(&pool, &name, app_id, &audit::operator()).await;
                 pool.close().await;
-                let key = created.map_err(|e| match e.as_database_error() {
-                    Some(d) if d.is_unique_violation() => Failure::from(format!(
-                        "the name `{name}` is taken by another API key (revoked keys keep \
-                         theirs); choose another"
-                    )),
-                    _ => e.into(),
-                })?;
+                let key = created?;
                 println!("{key}");
                 eprintln!(
                     "API key `{name}` of app `{app}` created. It is shown only now: store it safely."

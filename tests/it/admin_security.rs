@@ -198,6 +198,10 @@ async fn sessions_end_when_disabled_idle_or_old() {
     let live = dashboard::client();
     dashboard::log_in(&live, &stage.base(), "alice", PASSWORD).await;
     assert_eq!(queue(&live).await, StatusCode::OK);
+    // The last admin is never disabled: another one first.
+    accounts::add(&stage.pool, "bob", PASSWORD, Role::Admin, "test")
+        .await
+        .expect("a second admin");
     accounts::disable(&stage.pool, "alice", "test")
         .await
         .expect("disable");

@@ -166,10 +166,27 @@ async fn an_admin_reviews_senders_and_tunes_a_rule_in_the_browser() {
         .expect("forged post");
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
 
+    // A key for an app, made through the form and shown once.
+    b.goto(&format!("{base}/admin/keys")).await;
+    b.fill("#key-name", "browser-web").await;
+    b.click("form[action='/admin/keys'] button").await;
+    assert!(
+        b.wait_for_text("This is the only time the key is shown")
+            .await,
+        "{}",
+        b.source().await
+    );
+    b.screenshot(&shot("key-created")).await;
+
     // The audit log names the admin on every action.
     b.goto(&format!("{base}/admin/audit?actor=alice")).await;
     let page = b.source().await;
-    for action in ["rule_update", "lift_and_release", "confirm_ban"] {
+    for action in [
+        "rule_update",
+        "lift_and_release",
+        "confirm_ban",
+        "api_key_create",
+    ] {
         assert!(page.contains(action), "{action} missing from the audit log");
     }
     b.screenshot(&shot("audit")).await;

@@ -34,11 +34,20 @@ impl Stage {
 
     /// As `new`, with `setup` run before the instance starts.
     async fn with(test: &str, setup: impl AsyncFnOnce(&PgPool)) -> Stage {
+        Stage::configured(test, setup, |_| {}).await
+    }
+
+    /// As `with`, its configuration changed by `adjust`.
+    async fn configured(
+        test: &str,
+        setup: impl AsyncFnOnce(&PgPool),
+        adjust: impl FnOnce(&mut sendguard::config::Config),
+    ) -> Stage {
         let prepare = async |pool: &PgPool| {
             rules::set(pool, "sender-hourly", |r| r.limit = 3).await;
             setup(pool).await;
         };
-        let inner = app::Stage::start_prepared(test, prepare, |_| {}).await;
+        let inner = app::Stage::start_prepared(test, prepare, adjust).await;
         sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
             .await
             .expect("admin");
@@ -1093,20 +1102,7 @@ async fn a_sender_flagged_for_a_complaint_waits_in_the_queue_until_dismissed() {
 /// are held again, the sender is shadow-banned again, and nothing reaches the recipients.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_is_undone_before_its_invites_leave() {
-    let inner = app::Stage::start_prepared(
-        "dashundo",
-        async |pool| rules::set(pool, "sender-hourly", |r| r.limit = 3).await,
-        |cfg| cfg.settle_secs = 60,
-    )
-    .await;
-    sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
-        .await
-        .expect("admin");
-    let stage = Stage {
-        base: inner.base(),
-        api: Api::new(inner.base(), api_key(&inner.pool).await),
-        inner,
-    };
+    let stage = Stage::configured("dashundo", async |_| {}, |cfg| cfg.settle_secs = 60).await;
     for n in 0..6 {
         stage.invite("pills", &format!("p{n}@example.com")).await;
     }
@@ -1297,26 +1293,12 @@ async fn a_ban_confirmed_from_a_page_that_counted_fewer_held_invites_is_refused(
 /// was: active, not shadow-banned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undoing_a_release_bans_no_sender_the_release_did_not_lift() {
-    let inner = app::Stage::start_prepared(
+    let stage = Stage::configured(
         "dashundohold",
-        async |pool| {
-            rules::set(pool, "sender-hourly", |r| {
-                r.limit = 3;
-                r.action = "hold".into();
-            })
-            .await
-        },
+        async |pool| rules::set(pool, "sender-hourly", |r| r.action = "hold".into()).await,
         |cfg| cfg.settle_secs = 60,
     )
     .await;
-    sendguard::admin::accounts::add(&inner.pool, "alice", PASSWORD, Role::Admin, "test")
-        .await
-        .expect("admin");
-    let stage = Stage {
-        base: inner.base(),
-        api: Api::new(inner.base(), api_key(&inner.pool).await),
-        inner,
-    };
     for n in 0..5 {
         stage.invite("eager", &format!("e{n}@example.com")).await;
     }
@@ -1356,4 +1338,156 @@ async fn undoing_a_release_bans_no_sender_the_release_did_not_lift() {
     .expect("held");
     assert_eq!(held, 2, "held again");
     assert_eq!(sender_state(&stage.pool, "eager").await, "active");
+}
+
+/// Admins manage the apps' keys and the dashboard's accounts from the dashboard: a key shown
+/// once works at once and stops working when revoked (after a confirmation); an account added
+/// logs in with its role, and its sessions end when disabled. Moderators get 403 on all of it,
+/// no one disables their own account, and the last admin is never disabled. Each change is
+/// audited under the admin's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admins_manage_keys_and_accounts_and_moderators_cannot() {
+    let stage = Stage::new("dashaccess").await;
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (status, keys) = stage.get(&browser, "/admin/keys").await;
+    assert_eq!(status, StatusCode::OK);
+    let csrf = keys.field("csrf");
+    let post = |path: &str, form: Vec<(&str, &str)>| {
+        browser
+            .post(format!("{}{path}", stage.base))
+            .form(&form)
+            .send()
+    };
+    let created = post(
+        "/admin/keys",
+        vec![("csrf", &csrf), ("name", "partner-web"), ("app", "default")],
+    )
+    .await
+    .expect("create");
+    assert_eq!(created.status(), StatusCode::OK);
+    let key = page_of(created).await.field("key");
+    assert!(key.starts_with("sg_"), "{key}");
+    let with_key = |key: String| {
+        let api = Api::new(stage.base.clone(), key);
+        async move {
+            api.invite(serde_json::json!({"sender_id": "u1", "recipient": "ana@example.com"}))
+                .await
+                .status()
+        }
+    };
+    assert_eq!(with_key(key.clone()).await, StatusCode::OK);
+    let taken = post(
+        "/admin/keys",
+        vec![("csrf", &csrf), ("name", "partner-web"), ("app", "default")],
+    )
+    .await
+    .expect("create again");
+    assert_eq!(taken.status(), StatusCode::BAD_REQUEST);
+
+    let asked = post("/admin/keys/partner-web/revoke", vec![("csrf", &csrf)])
+        .await
+        .expect("revoke");
+    assert_eq!(asked.status(), StatusCode::OK);
+    assert!(page_of(asked).await.text().contains("cannot be restored"));
+    assert_eq!(
+        with_key(key.clone()).await,
+        StatusCode::OK,
+        "not before it is confirmed"
+    );
+    let revoked = post(
+        "/admin/keys/partner-web/revoke",
+        vec![("csrf", &csrf), ("confirmed", "yes")],
+    )
+    .await
+    .expect("revoke");
+    assert_eq!(revoked.status(), StatusCode::SEE_OTHER);
+    let refused = app::wait_for(std::time::Duration::from_secs(5), || {
+        let key = key.clone();
+        async move { with_key(key).await == StatusCode::UNAUTHORIZED }
+    })
+    .await;
+    assert!(refused, "the revoked key still works");
+
+    let added = post(
+        "/admin/admins",
+        vec![
+            ("csrf", &csrf),
+            ("username", "mo"),
+            ("role", "moderator"),
+            ("password", PASSWORD),
+        ],
+    )
+    .await
+    .expect("add");
+    assert_eq!(added.status(), StatusCode::SEE_OTHER);
+    let moderator = Stage::browser();
+    let logged_in = dashboard::log_in(&moderator, &stage.base, "mo", PASSWORD).await;
+    assert_eq!(logged_in.status(), StatusCode::SEE_OTHER);
+    for path in ["/admin/keys", "/admin/admins"] {
+        assert_eq!(
+            stage.get(&moderator, path).await.0,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
+    }
+    let (_, queue) = stage.get(&moderator, "/admin/queue").await;
+    assert!(!queue.exists("a[href=/admin/keys]"), "{queue}");
+    let forged = moderator
+        .post(format!("{}/admin/keys", stage.base))
+        .form(&[
+            ("csrf", queue.field("csrf")),
+            ("name", "mine".into()),
+            ("app", "default".into()),
+        ])
+        .send()
+        .await
+        .expect("forged");
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+
+    let own = post(
+        "/admin/admins/alice/disable",
+        vec![("csrf", &csrf), ("confirmed", "yes")],
+    )
+    .await
+    .expect("own");
+    assert_eq!(own.status(), StatusCode::BAD_REQUEST);
+    let disabled = post(
+        "/admin/admins/mo/disable",
+        vec![("csrf", &csrf), ("confirmed", "yes")],
+    )
+    .await
+    .expect("disable");
+    assert_eq!(disabled.status(), StatusCode::SEE_OTHER);
+    let gone = moderator
+        .get(format!("{}/admin/queue", stage.base))
+        .send()
+        .await
+        .expect("queue");
+    assert_eq!(
+        gone.status(),
+        StatusCode::SEE_OTHER,
+        "sent to the login page"
+    );
+    assert!(matches!(
+        sendguard::admin::accounts::disable(&stage.pool, "alice", "test").await,
+        Err(sendguard::admin::accounts::AccountError::LastAdmin(_))
+    ));
+
+    let audited: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM audit_log WHERE actor = 'alice' AND action LIKE ANY
+             (ARRAY['api_key_%', 'admin_%']) ORDER BY id",
+    )
+    .fetch_all(&stage.pool)
+    .await
+    .expect("audit");
+    assert_eq!(
+        audited,
+        [
+            "api_key_create",
+            "api_key_revoke",
+            "admin_add",
+            "admin_disable"
+        ]
+    );
 }
