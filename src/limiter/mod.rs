@@ -337,8 +337,9 @@ impl Limiter {
     /// calls took says so (on a cluster, for the node it reaches). A count made again for a call
     /// that timed out (a deferred invite, a complaint) waits for this: sent into a stalled
     /// server each second, each would be added once the server moved on, and one invite or
-    /// complaint counted once a second of the stall; this way at most twice, the call that
-    /// timed out and the one made again.
+    /// complaint counted once a second of the stall; this way twice (the call that timed out
+    /// and the one made again), more only when Redis stalls again between the `PING` and the
+    /// count.
     pub async fn drained(&self) -> bool {
         self.ping().await.is_ok()
     }

@@ -155,6 +155,11 @@ async fn release(
                                         WHERE campaign_keys @> ARRAY[$1::text]
                                             AND status = 'held')
                  AND s.state IN ('active', 'trusted')
+                 -- A shadow ban on its way (its follow-up not done yet) counts as done, as the
+                 -- writer counts it.
+                 AND NOT EXISTS (SELECT 1 FROM pending_flags p
+                     WHERE p.app_id = s.app_id AND p.sender_id = s.id
+                         AND p.breach ->> 'action' = 'shadow_ban')
              ORDER BY s.app_id, s.id COLLATE \"C\" FOR UPDATE),
          released AS (
              UPDATE invites i SET status = 'queued',
@@ -204,8 +209,8 @@ async fn ban_all(
     subject: &str,
     review: &CampaignReview<'_>,
 ) -> Result<CampaignDecided, CampaignError> {
-    let senders: Vec<(i64, String, i64, i64)> = sqlx::query_as(
-        "SELECT s.app_id, s.id, s.version, s.held_stored FROM senders s
+    let senders: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT s.app_id, s.id, s.version FROM senders s
          WHERE (s.app_id, s.id) IN (SELECT app_id, sender_id FROM invites
                                     WHERE campaign_keys @> ARRAY[$1::text])
              AND s.state NOT IN ('trusted', 'banned')
@@ -215,7 +220,7 @@ async fn ban_all(
     .fetch_all(pool)
     .await?;
     let mut decided = CampaignDecided::default();
-    for (app_id, id, version, held) in senders {
+    for (app_id, id, version) in senders {
         let sender = SenderKey::new(app_id, id.as_str());
         let done = review::apply(
             pool,
@@ -227,7 +232,9 @@ async fn ban_all(
                 sender: &sender,
                 action: ReviewAction::ConfirmBan,
                 seen_version: version,
-                seen_held: Some(held),
+                // The campaign's page counts no sender's held invites, and a sender still
+                // sending adds to them without a new version: its ban discards what it holds.
+                seen_held: None,
                 actor: review.actor,
                 admin_id: review.admin_id,
                 note: review.note,

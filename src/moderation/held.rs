@@ -35,9 +35,10 @@ const RELEASED_WAITING: &str = "invites i JOIN outbox o
          AND o.next_attempt_at > now() AND o.claimed_by IS NULL";
 
 /// Holds again a sender's released invites that have not left, audited. When the release came
-/// with a lift (the sender is `active`, and its last change of state was `actor`'s lift), the
-/// sender is shadow-banned again, as it was; a release that lifted nothing leaves the sender
-/// as it is. Answers how many invites were held again.
+/// with a lift (the sender is `active`, its last change of state was `actor`'s lift, and that
+/// lift released invites being held again), the sender is shadow-banned again, as it was; a
+/// release that lifted nothing leaves the sender as it is. Answers how many invites were held
+/// again.
 pub async fn undo_release(
     pool: &PgPool,
     sender: &SenderKey,
@@ -45,13 +46,16 @@ pub async fn undo_release(
     admin_id: Option<i64>,
 ) -> Result<u64, ReviewError> {
     let mut tx = pool.begin().await?;
-    // A lift sets `lifted_at` and `state_changed_at` to the same time; any later change of
-    // state, a release without a lift included, moves only the second.
-    let lifted: Option<bool> = sqlx::query_scalar(
-        "SELECT COALESCE(state = $3 AND state_changed_by = $4
-                 AND lifted_at = state_changed_at, false)
-         FROM senders WHERE app_id = $1 AND id = $2 FOR UPDATE",
-    )
+    // A lift sets `lifted_at`, `state_changed_at` and the `at` of the invites it releases to
+    // the same time (its transaction's); any later change of state moves the second, and any
+    // other release (one invite, a campaign's) writes another `at`.
+    let lifted: Option<bool> = sqlx::query_scalar(&format!(
+        "SELECT COALESCE(s.state = $3 AND s.state_changed_by = $4
+                 AND s.lifted_at = s.state_changed_at
+                 AND EXISTS (SELECT 1 FROM {RELEASED_WAITING}
+                     AND (i.decision -> 'decided' ->> 'at')::timestamptz = s.lifted_at), false)
+         FROM senders s WHERE s.app_id = $1 AND s.id = $2 FOR UPDATE OF s"
+    ))
     .bind(sender.app_id)
     .bind(&sender.id)
     .bind(SenderState::Active.as_str())

@@ -1491,3 +1491,75 @@ async fn admins_manage_keys_and_accounts_and_moderators_cannot() {
         ]
     );
 }
+
+/// After a lift, a later release of one invite is undone without the ban coming back: only
+/// the invites the lift itself released bring it back when held again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undoing_a_release_after_a_lift_restores_only_the_lifts_own_ban() {
+    let stage = Stage::configured("dashundolater", async |_| {}, |cfg| cfg.settle_secs = 60).await;
+    for n in 0..4 {
+        stage.invite("back", &format!("b{n}@example.com")).await;
+    }
+    assert_eq!(sender_state(&stage.pool, "back").await, "shadow_banned");
+    let browser = Stage::browser();
+    stage.log_in(&browser, PASSWORD).await;
+    let (_, page) = stage.get(&browser, "/admin/senders/default/back").await;
+    let fields = [
+        ("csrf", page.field("csrf")),
+        ("version", page.field("version")),
+        ("held", page.field("held")),
+        ("action", "lift_and_discard".to_owned()),
+        ("confirmed", "yes".to_owned()),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let lifted = stage.review(&browser, "default/back", &fields).await;
+    assert_eq!(lifted.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sender_state(&stage.pool, "back").await, "active");
+    // A link from a sender still new is held by `new-sender-links`; the sender stays active.
+    let (status, id) = stage
+        .api
+        .send(
+            serde_json::json!({"sender_id": "back", "recipient": "b9@example.com",
+            "message": "see prize[.]example.com"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let id = id.expect("id");
+    assert_eq!(sender_state(&stage.pool, "back").await, "active");
+    let (_, page) = stage.get(&browser, "/admin/senders/default/back").await;
+    let released = browser
+        .post(format!(
+            "{}/admin/senders/default/back/invites/{id}",
+            stage.base
+        ))
+        .form(&[
+            ("csrf", page.field("csrf")),
+            ("sender", "default/back".into()),
+            ("version", page.field("version")),
+            ("decision", "release".into()),
+        ])
+        .send()
+        .await
+        .expect("release");
+    assert_eq!(released.status(), StatusCode::SEE_OTHER);
+    let undo = browser
+        .post(format!(
+            "{}/admin/senders/default/back/undo-release",
+            stage.base
+        ))
+        .form(&[
+            ("csrf", page.field("csrf")),
+            ("sender", "default/back".into()),
+        ])
+        .send()
+        .await
+        .expect("undo");
+    assert_eq!(undo.status(), StatusCode::SEE_OTHER);
+    let status: String = sqlx::query_scalar("SELECT status FROM invites WHERE id::text = $1")
+        .bind(&id)
+        .fetch_one(&stage.pool)
+        .await
+        .expect("invite");
+    assert_eq!(status, "held", "held again");
+    assert_eq!(sender_state(&stage.pool, "back").await, "active");
+}

@@ -69,21 +69,20 @@ pub fn has_link(text: &str) -> bool {
     Scanner::new(&as_read(text)).next().is_some()
 }
 
-/// `text` as its reader sees it, for counting its links: characters that draw nothing
-/// (category Cf: zero-width space and joiners, word joiner, soft hyphen, byte order mark)
-/// dropped, and the dot leaders read as dots. `evil-site.\u{200b}com` is the link it shows.
-/// Borrowed when there is nothing to change, as in all ASCII text.
+/// `text` as its reader sees it, for counting its links: characters that draw nothing (Unicode's
+/// default-ignorable code points: zero-width space and joiners, word joiner, soft hyphen, byte
+/// order mark, variation selectors, the combining grapheme joiner, Hangul fillers) dropped, and
+/// the dot leaders read as dots. `evil-site.\u{200b}com` is the link it shows. Borrowed when
+/// there is nothing to change, as in all ASCII text.
 pub fn as_read(text: &str) -> Cow<'_, str> {
-    let category = CodePointMapData::<GeneralCategory>::new();
-    let changed = |c: char| {
-        !c.is_ascii() && (DOT_LEADERS.contains(&c) || category.get(c) == GeneralCategory::Format)
-    };
+    let invisible = CodePointSetData::new::<DefaultIgnorableCodePoint>();
+    let changed = |c: char| !c.is_ascii() && (DOT_LEADERS.contains(&c) || invisible.contains(c));
     if text.is_ascii() || !text.chars().any(changed) {
         return Cow::Borrowed(text);
     }
     let read = text
         .chars()
-        .filter(|&c| c.is_ascii() || category.get(c) != GeneralCategory::Format)
+        .filter(|&c| !invisible.contains(c))
         .map(|c| if DOT_LEADERS.contains(&c) { '.' } else { c })
         .collect();
     Cow::Owned(read)
@@ -436,6 +435,6 @@ mod text;
 
 use std::borrow::Cow;
 
-use icu_properties::CodePointMapData;
-use icu_properties::props::GeneralCategory;
+use icu_properties::CodePointSetData;
+use icu_properties::props::DefaultIgnorableCodePoint;
 use text::*;

@@ -214,6 +214,9 @@ fn invisible_characters_and_dot_leaders_hide_no_link() {
         "visit evil-site\u{2024}com today",
         "visit evil-site\u{fe52}com today",
         "visit \u{feff}evil-site.com today",
+        "visit evil-site.\u{34f}com today",
+        "visit evil-site.c\u{fe0f}om today",
+        "visit evil-site.\u{3164}com today",
     ] {
         assert!(has_link(text), "{text:?}");
         assert!(
