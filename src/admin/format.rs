@@ -197,7 +197,7 @@ pub struct Segment {
 pub fn marked(text: &str) -> Vec<Segment> {
     let mut segments = Vec::new();
     let mut at = 0;
-    for link in crate::signals::links::find(text) {
+    for link in crate::signals::links::find_read(text) {
         if link.start > at {
             segments.push(Segment {
                 text: text[at..link.start].to_owned(),
@@ -390,6 +390,13 @@ mod tests {
             [("Claim at ", false), ("scam[.]com", true), (" now", false)]
         );
         assert_eq!(marked("no links here").len(), 1);
+        // A link broken by a character that draws nothing is marked whole, as it reads.
+        let parts = marked("Claim at scam.\u{200b}com now");
+        assert!(
+            parts.iter().any(|s| s.link && s.text == "scam.\u{200b}com"),
+            "{:?}",
+            parts.iter().map(|s| (&s.text, s.link)).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub fn link_domains<'a>(
     let links = texts
         .into_iter()
         .flatten()
-        .flat_map(|text| links::find(&links::as_read(text)))
+        .flat_map(links::find_read)
         .filter(|l| l.kind != LinkKind::Email);
     for link in links {
         let domain = registrable_domain(&link.host).into_owned();

@@ -88,6 +88,40 @@ pub fn as_read(text: &str) -> Cow<'_, str> {
     Cow::Owned(read)
 }
 
+/// Every link in `text` as [`as_read`] reads it, each with its byte range in `text` itself (the
+/// characters that draw nothing inside it included), so that a page can mark a link its
+/// reader sees however it was broken up.
+pub fn find_read(text: &str) -> Vec<Link> {
+    let Cow::Owned(read) = as_read(text) else {
+        return find(text);
+    };
+    // Where each byte of the text as read came from in `text`, and the end.
+    let invisible = CodePointSetData::new::<DefaultIgnorableCodePoint>();
+    let mut from = Vec::with_capacity(read.len() + 1);
+    for (i, c) in text.char_indices() {
+        if invisible.contains(c) {
+            continue;
+        }
+        let len = if DOT_LEADERS.contains(&c) {
+            1
+        } else {
+            c.len_utf8()
+        };
+        from.extend(std::iter::repeat_n(i, len));
+    }
+    from.push(text.len());
+    find(&read)
+        .into_iter()
+        .filter_map(|link| {
+            Some(Link {
+                start: *from.get(link.start)?,
+                end: *from.get(link.end)?,
+                ..link
+            })
+        })
+        .collect()
+}
+
 /// U+2024 one dot leader and U+FE52 small full stop, which draw a full stop.
 const DOT_LEADERS: [char; 2] = ['\u{2024}', '\u{fe52}'];
 

@@ -226,6 +226,10 @@ fn invisible_characters_and_dot_leaders_hide_no_link() {
             "{text:?}"
         );
     }
+    let text = "see evil-\u{200b}site\u{2024}com now";
+    let link = &find_read(text)[0];
+    assert_eq!(&text[link.start..link.end], "evil-\u{200b}site\u{2024}com");
+    assert_eq!(link.host, "evil-site.com");
     assert!(matches!(as_read("plain text"), Cow::Borrowed(_)));
     assert!(matches!(as_read("caf\u{e9} au lait"), Cow::Borrowed(_)));
     // Joiners inside an emoji sequence change nothing a link could be made of.
@@ -358,6 +362,9 @@ fn tricky_text() -> impl Strategy<Value = String> {
         "\u{ff0e}",
         "\u{3002}",
         "\u{ff61}",
+        "\u{200b}",
+        "\u{ad}",
+        "\u{2024}",
         "\u{e9}",
         "\u{4e2d}",
         " ",
@@ -424,22 +431,23 @@ fn prose_token() -> impl Strategy<Value = String> {
 proptest! {
     #[test]
     fn ranges_are_sound(text in tricky_text()) {
-        let links = find(&text);
-        let mut previous_end = 0;
-        for link in &links {
-            prop_assert!(link.start < link.end);
-            prop_assert!(link.start >= previous_end);
-            prop_assert!(link.end <= text.len());
-            prop_assert!(text.is_char_boundary(link.start));
-            prop_assert!(text.is_char_boundary(link.end));
-            prop_assert!(!link.host.is_empty());
-            previous_end = link.end;
+        for links in [find(&text), find_read(&text)] {
+            let mut previous_end = 0;
+            for link in &links {
+                prop_assert!(link.start < link.end);
+                prop_assert!(link.start >= previous_end);
+                prop_assert!(link.end <= text.len());
+                prop_assert!(text.is_char_boundary(link.start));
+                prop_assert!(text.is_char_boundary(link.end));
+                prop_assert!(!link.host.is_empty());
+                previous_end = link.end;
+            }
         }
     }
 
     #[test]
-    fn has_link_agrees_with_find(text in tricky_text()) {
-        prop_assert_eq!(has_link(&text), !find(&text).is_empty());
+    fn has_link_agrees_with_find_read(text in tricky_text()) {
+        prop_assert_eq!(has_link(&text), !find_read(&text).is_empty());
     }
 
     /// The search for runs worth a look only saves time: looking at
