@@ -79,6 +79,25 @@ impl Stage {
         self.api.accepted(sender, recipient).await;
     }
 
+    /// Posts `action` from the page of `sender` (`app/id`) as it is now, confirmed.
+    async fn decide_now(
+        &self,
+        client: &reqwest::Client,
+        sender: &str,
+        action: &str,
+    ) -> reqwest::Response {
+        let (_, page) = self.get(client, &format!("/admin/senders/{sender}")).await;
+        let fields = [
+            ("csrf", page.field("csrf")),
+            ("version", page.field("version")),
+            ("held", page.field("held")),
+            ("action", action.to_owned()),
+            ("confirmed", "yes".to_owned()),
+        ];
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.review(client, sender, &fields).await
+    }
+
     /// Posts the review form of `sender` (`app/id`) with these fields besides its name.
     async fn review(
         &self,
@@ -1109,16 +1128,9 @@ async fn a_release_is_undone_before_its_invites_leave() {
     assert_eq!(sender_state(&stage.pool, "pills").await, "shadow_banned");
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
-    let (_, page) = stage.get(&browser, "/admin/senders/default/pills").await;
-    let fields = [
-        ("csrf", page.field("csrf")),
-        ("version", page.field("version")),
-        ("held", page.field("held")),
-        ("action", "lift_and_release".to_owned()),
-        ("confirmed", "yes".to_owned()),
-    ];
-    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let done = stage.review(&browser, "default/pills", &fields).await;
+    let done = stage
+        .decide_now(&browser, "default/pills", "lift_and_release")
+        .await;
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     assert_eq!(sender_state(&stage.pool, "pills").await, "active");
     let (_, page) = stage.get(&browser, "/admin/senders/default/pills").await;
@@ -1307,15 +1319,9 @@ async fn undoing_a_release_bans_no_sender_the_release_did_not_lift() {
     stage.log_in(&browser, PASSWORD).await;
     let (_, page) = stage.get(&browser, "/admin/senders/default/eager").await;
     assert_eq!(page.field("held"), "2");
-    let fields = [
-        ("csrf", page.field("csrf")),
-        ("version", page.field("version")),
-        ("held", page.field("held")),
-        ("action", "release_held".to_owned()),
-        ("confirmed", "yes".to_owned()),
-    ];
-    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let done = stage.review(&browser, "default/eager", &fields).await;
+    let done = stage
+        .decide_now(&browser, "default/eager", "release_held")
+        .await;
     assert_eq!(done.status(), StatusCode::SEE_OTHER);
     let undo = browser
         .post(format!(
@@ -1503,16 +1509,9 @@ async fn undoing_a_release_after_a_lift_restores_only_the_lifts_own_ban() {
     assert_eq!(sender_state(&stage.pool, "back").await, "shadow_banned");
     let browser = Stage::browser();
     stage.log_in(&browser, PASSWORD).await;
-    let (_, page) = stage.get(&browser, "/admin/senders/default/back").await;
-    let fields = [
-        ("csrf", page.field("csrf")),
-        ("version", page.field("version")),
-        ("held", page.field("held")),
-        ("action", "lift_and_discard".to_owned()),
-        ("confirmed", "yes".to_owned()),
-    ];
-    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let lifted = stage.review(&browser, "default/back", &fields).await;
+    let lifted = stage
+        .decide_now(&browser, "default/back", "lift_and_discard")
+        .await;
     assert_eq!(lifted.status(), StatusCode::SEE_OTHER);
     assert_eq!(sender_state(&stage.pool, "back").await, "active");
     // A link from a sender still new is held by `new-sender-links`; the sender stays active.

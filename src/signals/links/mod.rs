@@ -464,6 +464,8 @@ fn blanks_before(b: &[u8], end: usize, from: usize) -> usize {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 mod text;
 
